@@ -1,0 +1,43 @@
+# The two commands a user needs are `make run` and `make test`. Every target first
+# creates or refreshes .venv from pyproject.toml, so nothing installed by hand is relied on.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: run test lint typecheck unit bench serve clean check-python
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
+	  echo "error: Onceflow needs Python 3.11 or newer as '$(PYTHON)' (set PYTHON=/path/to/python3.11)." >&2; exit 1; }
+
+$(STAMP): pyproject.toml | check-python
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m onceflow.cli.main serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
+	@$(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit tests/property tests/simulation $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

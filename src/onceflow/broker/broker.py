@@ -1,0 +1,236 @@
+"""Broker: the state every handler reaches through its RequestContext.
+
+It owns the log manager (the ReplicaManager role on a single broker), the group-commit
+flusher, the fetch purgatory and the coordinators, and runs their periodic work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from onceflow.broker.purgatory import FetchPurgatory
+from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from onceflow.clock import Clock, SystemClock
+from onceflow.config import BrokerConfig, ConfigError
+from onceflow.coordinator.group.coordinator import GroupCoordinator
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.records.batch import validate_produced_batches
+from onceflow.records.record import decode_records
+from onceflow.storage.flusher import GroupCommitFlusher
+from onceflow.storage.fs import FileSystem, RealFileSystem
+from onceflow.storage.log_manager import LogManager, TopicInfo
+from onceflow.storage.partition_log import FileRegion, LogConfig, PartitionLog
+
+if TYPE_CHECKING:
+    from onceflow.broker.server import KafkaConnection
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+META_PROPERTIES = "meta.properties"
+
+
+class Broker:
+    def __init__(
+        self, config: BrokerConfig, fs: FileSystem | None = None, clock: Clock | None = None
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.fs = fs or RealFileSystem()
+        self.node_id = config.node_id
+        advertised = config.effective_advertised_listeners()[0]
+        self.advertised_host, self.advertised_port = advertised.host, advertised.port
+        self.log_dir = config.log_dirs[0]
+        self.max_request_bytes = config.socket_request_max_bytes
+        self.cluster_id = ""
+        self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config)
+        self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
+        self.purgatory = FetchPurgatory()
+        self.connections: set[KafkaConnection] = set()
+        self.group_coordinator = GroupCoordinator(
+            clock=self.clock,
+            log=_InternalTopicLog(self, OFFSETS_TOPIC),
+            offsets_partitions=config.offsets_topic_num_partitions,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        )
+        self._timers: list[asyncio.Task[None]] = []
+
+    # ---- configuration ---------------------------------------------------------------
+
+    def log_config(self, overrides: Mapping[str, str]) -> LogConfig:
+        """A topic's storage settings: broker defaults, then the topic's own overrides."""
+        try:
+            topic = self.config.topic_config(overrides)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+        policy = topic.cleanup_policy
+        return LogConfig(
+            segment_bytes=topic.segment_bytes,
+            segment_ms=topic.segment_ms,
+            index_interval_bytes=topic.index_interval_bytes,
+            segment_index_bytes=topic.segment_index_bytes,
+            retention_ms=topic.retention_ms,
+            retention_bytes=topic.retention_bytes,
+            cleanup_delete="delete" in policy,
+            cleanup_compact="compact" in policy,
+            max_message_bytes=topic.max_message_bytes,
+            delete_retention_ms=topic.delete_retention_ms,
+            min_compaction_lag_ms=topic.min_compaction_lag_ms,
+            min_cleanable_dirty_ratio=topic.min_cleanable_dirty_ratio,
+            durable=self.config.onceflow_fsync_on_ack,
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.logs.load()
+        self.cluster_id = self._load_meta_properties()
+        if OFFSETS_TOPIC not in self.logs.topics:
+            self.logs.create_topic(
+                OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+                internal=True,
+            )
+        self.flusher.start()
+        await self.group_coordinator.load()
+        self._every(0.1, self.group_coordinator.poll)
+        self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
+        self._every(60.0, self.logs.checkpoint_recovery_points)
+
+    def _every(self, seconds: float, action: Callable[[], object]) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    result = action()
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+        self._timers.append(asyncio.get_running_loop().create_task(loop()))
+
+    async def stop(self) -> None:
+        for task in self._timers:
+            task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        await self.flusher.close()
+        self.logs.shutdown()
+
+    def _load_meta_properties(self) -> str:
+        """Kafka's meta.properties: the cluster id is made once and kept."""
+        path = os.path.join(self.log_dir, META_PROPERTIES)
+        if self.fs.exists(path):
+            for line in self.fs.read_file(path).decode().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "cluster.id":
+                    return value.strip()
+        cluster_id = uuid.uuid4().hex[:22]
+        body = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
+        self.fs.write_file_atomic(path, body.encode())
+        return cluster_id
+
+    # ---- topics and partitions -------------------------------------------------------
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return self.logs.get(topic, partition) is not None
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        if partitions <= 0:
+            raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
+        return self.logs.create_topic(name, partitions, configs)
+
+    def auto_create_topic(self, name: str) -> TopicInfo:
+        if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
+        return self.create_topic(name, self.config.num_partitions)
+
+    async def delete_topic(self, name: str) -> None:
+        if name in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.invalid_topic_exception, f"'{name}' is internal")
+        await self.flusher.barrier()  # no fsync may run on files about to be closed
+        self.logs.delete_topic(name)
+
+    def log_for_produce(self, topic: str, partition: int) -> PartitionLog:
+        plog = self.logs.get(topic, partition)
+        if plog is not None:
+            return plog
+        if topic not in self.logs.topics:
+            validate_topic_name(topic)
+            self.auto_create_topic(topic)
+            plog = self.logs.get(topic, partition)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
+        return plog
+
+    # ---- appends and visibility ------------------------------------------------------
+
+    def appended(self, plog: PartitionLog) -> None:
+        """After any append: schedule the group commit; wake fetches if already visible."""
+        self.flusher.mark(plog)
+        if not plog.config.durable:
+            self.purgatory.notify((plog.topic, plog.partition))
+
+    def _flushed(self, plog: PartitionLog) -> None:
+        self.purgatory.notify((plog.topic, plog.partition))
+
+    def last_stable_offset(self, plog: PartitionLog) -> int:
+        return plog.high_watermark
+
+    def aborted_transactions(
+        self, plog: PartitionLog, fetch_offset: int, region: FileRegion | None
+    ) -> tuple[tuple[int, int], ...]:
+        return ()
+
+    async def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+        """Append a batch the broker built itself; return once it is durable."""
+        plog = self.logs.get(topic, partition)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
+        headers = validate_produced_batches(batch, 1 << 30)
+        result = plog.append_batches(batch, headers)
+        self.appended(plog)
+        if plog.config.durable:
+            await self.flusher.durable(plog, result.last_offset)
+        return result.first_offset
+
+    def read_internal(self, topic: str, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        """Every record of an internal partition, oldest first (coordinator loading)."""
+        plog = self.logs.get(topic, partition)
+        if plog is None:
+            return
+        for segment in plog.segments:
+            for location in segment.read_headers():
+                batch = segment.read_bytes(location.position, location.header.size)
+                if location.header.is_control:
+                    continue
+                for record in decode_records(batch):
+                    yield record.key, record.value
+
+
+class _InternalTopicLog:
+    """The OffsetsLog the group coordinator persists through."""
+
+    def __init__(self, broker: Broker, topic: str) -> None:
+        self._broker = broker
+        self._topic = topic
+
+    def append(self, partition: int, batch: bytes) -> Awaitable[int]:
+        return self._broker.append_internal(self._topic, partition, batch)
+
+    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        return self._broker.read_internal(self._topic, partition)
+

@@ -1,0 +1,138 @@
+"""CreateTopics, DeleteTopics and DescribeConfigs."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.config import ConfigError, describe_broker_config, describe_topic_config
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
+            seen.add(topic.name)
+            if topic.assignments:
+                raise KafkaError(
+                    ErrorCode.invalid_request, "manual replica assignment is not supported"
+                )
+            partitions = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            replicas = topic.replication_factor
+            if replicas not in (-1, 1):
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"replication factor {replicas} is larger than the 1 available broker",
+                )
+            configs = {c.name: c.value for c in topic.configs}
+            if any(v is None for v in configs.values()):
+                raise KafkaError(ErrorCode.invalid_config, "null config values are not allowed")
+            broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
+            if topic.name in broker.logs.topics:
+                raise KafkaError(
+                    ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists"
+                )
+            if not request.validate_only:
+                broker.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+        except KafkaError as exc:
+            error, message = exc.code, exc.message
+        results.append(ctx.entity("CreatableTopicResult", name=topic.name, error_code=error, error_message=message))
+    return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(results))
+
+
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for name in request.topic_names:
+        error = ErrorCode.none
+        try:
+            if not ctx.broker.config.delete_topic_enable:
+                raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
+            await ctx.broker.delete_topic(name)
+        except KafkaError as exc:
+            error = exc.code
+        results.append(ctx.entity("DeletableTopicResult", name=name, error_code=error))
+    return ctx.response(throttle_time=datetime.timedelta(0), responses=tuple(results))
+
+
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    version = ctx.api_version
+    synonyms_wanted = version >= 1 and request.include_synonyms
+    docs_wanted = version >= 3 and request.include_documentation
+    results = []
+    for resource in request.resources:
+        error, message, entries = ErrorCode.none, None, []
+        try:
+            entries = _describe(ctx, resource)
+        except KafkaError as exc:
+            error, message = exc.code, exc.message
+        wanted = resource.configuration_keys
+        configs = tuple(
+            ctx.entity(
+                "DescribeConfigsResourceResult",
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                is_default=e.is_default,
+                config_source=int(e.source),
+                is_sensitive=e.is_sensitive,
+                synonyms=tuple(
+                    ctx.entity("DescribeConfigsSynonym", name=s.name, value=s.value, source=int(s.source))
+                    for s in e.synonyms
+                )
+                if synonyms_wanted
+                else (),
+                config_type=int(e.config_type),
+                documentation=e.documentation if docs_wanted else None,
+            )
+            for e in entries
+            if wanted is None or e.name in wanted
+        )
+        results.append(
+            ctx.entity(
+                "DescribeConfigsResult",
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=configs,
+            )
+        )
+    del broker
+    return ctx.response(throttle_time=datetime.timedelta(0), results=tuple(results))
+
+
+def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
+    broker = ctx.broker
+    if resource.resource_type == RESOURCE_TOPIC:
+        info = broker.logs.topics.get(resource.resource_name)
+        if info is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{resource.resource_name}'")
+        try:
+            topic = broker.config.topic_config(info.configs)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+        return list(describe_topic_config(topic, info.configs, broker=broker.config))
+    if resource.resource_type == RESOURCE_BROKER:
+        if resource.resource_name not in ("", str(broker.node_id)):
+            raise KafkaError(ErrorCode.invalid_request, f"no broker '{resource.resource_name}'")
+        return list(describe_broker_config(broker.config))
+    raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}")
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+}

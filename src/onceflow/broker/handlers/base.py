@@ -1,0 +1,60 @@
+"""What every request handler receives, and the shape of a handler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from onceflow.protocol.codec import RequestHeader, build, nested, response_type
+
+if TYPE_CHECKING:
+    from onceflow.broker.broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """One request's header and the broker serving it."""
+
+    header: RequestHeader
+    broker: Broker
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    def response(self, **fields: Any) -> Any:
+        """The response entity of this request's API and version, from the given fields."""
+        return build(response_type(self.header.api_key, self.header.api_version), **fields)
+
+    def entity(self, entity_name: str, /, **fields: Any) -> Any:
+        """A nested response entity of this request's API and version."""
+        return build(nested(self.header.api_key, self.header.api_version, entity_name), **fields)
+
+
+# A handler takes the context and the decoded kio request, and returns the kio response.
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class NoResponse:
+    """Returned for requests Kafka never answers (Produce with acks=0)."""
+
+
+NO_RESPONSE = NoResponse()
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A response that is ready only later (e.g. once appended data is durable).
+
+    The connection moves on to its next request meanwhile; responses still leave in order.
+    """
+
+    result: Awaitable[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RawBody:
+    """A pre-encoded response body: bytes and file regions sent without copying."""
+
+    parts: list[Any]  # bytes | onceflow.storage.partition_log.FileRegion

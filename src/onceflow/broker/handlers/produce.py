@@ -1,0 +1,70 @@
+"""Produce: validate each partition's batches, append them, answer per durability.
+
+A bad batch fails only its own partition; the others in the request still succeed. With
+acks=-1 in durable mode the response waits for the group commit that covers the append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.records.batch import validate_produced_batches
+
+
+async def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    acks = request.acks
+    waits: list[asyncio.Future[None]] = []
+    topics = []
+    for topic_data in request.topic_data:
+        partitions = []
+        for data in topic_data.partition_data:
+            error = ErrorCode.none
+            message = None
+            base_offset = -1
+            log_start = -1
+            try:
+                if acks not in (0, 1, -1):
+                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
+                plog = broker.log_for_produce(topic_data.name, data.index)
+                records = data.records or b""
+                headers = validate_produced_batches(records, plog.config.max_message_bytes)
+                result = plog.append_batches(records, headers)
+                base_offset, log_start = result.first_offset, result.log_start_offset
+                broker.appended(plog)
+                if acks == -1 and plog.config.durable:
+                    waits.append(broker.flusher.durable(plog, result.last_offset))
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+            partitions.append(
+                ctx.entity(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=None,  # -1: the producer's CreateTime is kept
+                    log_start_offset=log_start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(
+            ctx.entity(
+                "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
+            )
+        )
+    response = ctx.response(responses=tuple(topics), throttle_time=datetime.timedelta(0))
+    if acks == 0:
+        return NO_RESPONSE
+    if not waits:
+        return response
+    return Deferred(_after_durable(waits, response))
+
+
+async def _after_durable(waits: list[asyncio.Future[None]], response: Any) -> Any:
+    await asyncio.gather(*waits)
+    return response

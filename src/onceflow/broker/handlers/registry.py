@@ -1,0 +1,28 @@
+"""The dispatch table: API key -> handler. Every key here is advertised by ApiVersions."""
+
+from __future__ import annotations
+
+from onceflow.broker.handlers import admin, group
+from onceflow.broker.handlers.api_versions import handle_api_versions
+from onceflow.broker.handlers.base import Handler
+from onceflow.broker.handlers.fetch import handle_fetch
+from onceflow.broker.handlers.leader_epoch import handle_offset_for_leader_epoch
+from onceflow.broker.handlers.list_offsets import handle_list_offsets
+from onceflow.broker.handlers.metadata import handle_metadata
+from onceflow.broker.handlers.produce import handle_produce
+from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    **admin.HANDLERS,
+    **group.HANDLERS,
+}
+
+missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)
+if missing:  # an advertised API without a handler would be a lie to every client
+    raise RuntimeError(f"advertised APIs without handlers: {sorted(missing)}")

@@ -1,0 +1,26 @@
+"""Topic names, as Kafka allows them."""
+
+from __future__ import annotations
+
+import re
+
+from onceflow.errors import ErrorCode, KafkaError
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, f"illegal topic name '{name}'")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name is longer than {MAX_NAME_LENGTH} characters",
+        )
+    if not _LEGAL.match(name):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"topic name '{name}' may contain only ASCII letters, digits, '.', '_' and '-'",
+        )

@@ -1,0 +1,257 @@
+"""`onceflow topics create|list|describe|delete`: topic administration over the Kafka protocol.
+
+Only `confluent_kafka.admin.AdminClient` is used, never Onceflow's internals, so the same
+commands manage an Apache Kafka cluster. Topic listings come from a metadata request for all
+topics: asking for one topic by name could auto-create it on a broker that allows that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+
+from onceflow.cli.common import (
+    CliError,
+    add_bootstrap_option,
+    client_config,
+    describe_kafka_error,
+    key_value,
+    positive_int,
+    probe_bootstrap,
+)
+
+__all__ = ["connect_admin", "register"]
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "topics", help="create, list, describe and delete topics"
+    )
+    actions = parser.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    add_bootstrap_option(common)
+    common.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=DEFAULT_TIMEOUT_MS,
+        help=f"how long to wait for the broker (default {DEFAULT_TIMEOUT_MS})",
+    )
+    common.add_argument(
+        "--property",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="admin client (librdkafka) setting; repeatable",
+    )
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic")
+    create.add_argument(
+        "--partitions", type=positive_int, help="partition count (default: the broker's)"
+    )
+    create.add_argument("--replication-factor", type=positive_int, default=1)
+    create.add_argument(
+        "--config",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topic config such as retention.ms=60000; repeatable",
+    )
+    create.add_argument("--if-not-exists", action="store_true", help="succeed if it exists")
+    create.set_defaults(func=run_create, command_parser=create)
+
+    listing = actions.add_parser("list", parents=[common], help="list topic names")
+    listing.add_argument(
+        "--exclude-internal", action="store_true", help="hide topics whose name starts with __"
+    )
+    listing.set_defaults(func=run_list, command_parser=listing)
+
+    describe = actions.add_parser(
+        "describe", parents=[common], help="show partitions, leaders and configs"
+    )
+    describe.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    describe.add_argument(
+        "--all-configs", action="store_true", help="show defaults too, not only overrides"
+    )
+    describe.set_defaults(func=run_describe, command_parser=describe)
+
+    delete = actions.add_parser("delete", parents=[common], help="delete topics")
+    delete.add_argument("topics", nargs="+", metavar="TOPIC")
+    delete.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
+    delete.set_defaults(func=run_delete, command_parser=delete)
+
+
+def connect_admin(args: argparse.Namespace) -> Any:
+    """An AdminClient for the command's bootstrap servers; a seam tests replace."""
+    probe_bootstrap(args.bootstrap_server)
+    try:
+        return AdminClient(client_config(args.bootstrap_server, args.property))
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise CliError(f"bad client setting: {describe_kafka_error(exc)}") from None
+
+
+def _timeout_s(args: argparse.Namespace) -> float:
+    return float(args.timeout_ms) / 1000.0
+
+
+def _metadata(admin: Any, args: argparse.Namespace) -> Any:
+    try:
+        return admin.list_topics(timeout=_timeout_s(args))
+    except KafkaException as exc:
+        raise CliError(
+            f"cannot get metadata from {args.bootstrap_server}: {describe_kafka_error(exc)}"
+        ) from None
+
+
+def _error_code(exc: KafkaException) -> Any:
+    error = exc.args[0] if exc.args else None
+    return error.code() if isinstance(error, KafkaError) else None
+
+
+def run_create(args: argparse.Namespace) -> int:
+    admin = connect_admin(args)
+    topic = NewTopic(
+        args.topic,
+        num_partitions=args.partitions if args.partitions is not None else -1,
+        replication_factor=args.replication_factor,
+        config=dict(args.config),
+    )
+    timeout = _timeout_s(args)
+    futures = admin.create_topics([topic], request_timeout=timeout, operation_timeout=timeout)
+    try:
+        futures[args.topic].result()
+    except KafkaException as exc:
+        if args.if_not_exists and _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
+            return 0
+        raise CliError(
+            f"cannot create topic {args.topic}: {describe_kafka_error(exc)}"
+        ) from None
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    metadata = _metadata(connect_admin(args), args)
+    for name in sorted(metadata.topics):
+        if not (args.exclude_internal and name.startswith("__")):
+            print(name)
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    admin = connect_admin(args)
+    timeout = _timeout_s(args)
+    futures = admin.delete_topics(args.topics, request_timeout=timeout, operation_timeout=timeout)
+    status = 0
+    for name in args.topics:
+        try:
+            futures[name].result()
+        except KafkaException as exc:
+            if args.if_exists and _error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            print(
+                f"onceflow: error: cannot delete topic {name}: {describe_kafka_error(exc)}",
+                file=sys.stderr,
+            )
+            status = 1
+            continue
+        print(f"Deleted topic {name}.")
+    return status
+
+
+def _describe_configs(
+    admin: Any, names: list[str], args: argparse.Namespace
+) -> dict[str, list[Any] | str]:
+    """Each topic's config entries, or the text of the error that kept them from us."""
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    futures = admin.describe_configs(resources, request_timeout=_timeout_s(args))
+    configs: dict[str, list[Any] | str] = {}
+    for resource, future in futures.items():
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            configs[resource.name] = describe_kafka_error(exc)
+            continue
+        configs[resource.name] = [entries[key] for key in sorted(entries)]
+    return configs
+
+
+def _render_configs(entries: Iterable[Any], show_all: bool) -> str:
+    """`key=value,...`: only overrides unless `show_all`; secrets are never printed."""
+    shown = []
+    for entry in entries:
+        if not show_all and (entry.is_default or entry.source == ConfigSource.DEFAULT_CONFIG):
+            continue
+        value = "(sensitive)" if entry.is_sensitive else entry.value
+        shown.append(f"{entry.name}={'' if value is None else value}")
+    return ",".join(shown)
+
+
+def _node(node_id: int) -> str:
+    return "none" if node_id < 0 else str(node_id)
+
+
+def _describe_one(name: str, topic: Any, configs: list[Any] | str, show_all: bool) -> None:
+    partitions = [topic.partitions[pid] for pid in sorted(topic.partitions)]
+    replication = len(partitions[0].replicas) if partitions else 0
+    if isinstance(configs, str):
+        rendered = f"(unavailable: {configs})"
+    else:
+        rendered = _render_configs(configs, show_all)
+    print(
+        f"Topic: {name}\tPartitionCount: {len(partitions)}\t"
+        f"ReplicationFactor: {replication}\tConfigs: {rendered}"
+    )
+    for partition in partitions:
+        line = (
+            f"\tTopic: {name}\tPartition: {partition.id}\tLeader: {_node(partition.leader)}"
+            f"\tReplicas: {','.join(map(str, partition.replicas))}"
+            f"\tIsr: {','.join(map(str, partition.isrs))}"
+        )
+        if partition.error is not None:
+            line += f"\tError: {partition.error.str()}"
+        print(line)
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    admin = connect_admin(args)
+    metadata = _metadata(admin, args)
+    names = list(args.topics) or sorted(metadata.topics)
+    missing = [name for name in names if name not in metadata.topics]
+    found = [name for name in names if name in metadata.topics]
+    configs = _describe_configs(admin, found, args)
+    status = 0
+    for name in found:
+        topic = metadata.topics[name]
+        if topic.error is not None:
+            print(f"onceflow: error: topic {name}: {topic.error.str()}", file=sys.stderr)
+            status = 1
+            continue
+        topic_configs = configs.get(name, "no answer from the broker")
+        _describe_one(name, topic, topic_configs, args.all_configs)
+        if isinstance(topic_configs, str):
+            print(
+                f"onceflow: error: cannot describe configs of {name}: {topic_configs}",
+                file=sys.stderr,
+            )
+            status = 1
+    if missing:
+        raise CliError(f"no such topic: {', '.join(missing)}")
+    return status

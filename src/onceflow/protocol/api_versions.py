@@ -1,0 +1,70 @@
+"""The API versions the broker advertises: one consistent set, shaped like a Kafka release.
+
+Every advertised version is implemented completely. The core (Produce 3-8, Fetch 4-11,
+ListOffsets 0-5, Metadata 0-8) matches Kafka 2.4, which the version-guessing clients
+(kafka-python, aiokafka) map correctly; the exactly-once APIs reach the versions librdkafka
+needs for KIP-360 epoch bumps and KIP-664 tooling.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+# (min, max) per API key. An API appears here only once its handler implements every
+# version in the range. The minimums are Kafka 4.0's (KIP-896 removed older versions, and
+# kio's schemas start there too).
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 8),
+    ApiKey.FETCH: (4, 11),
+    ApiKey.LIST_OFFSETS: (1, 5),
+    ApiKey.METADATA: (0, 8),
+    ApiKey.OFFSET_COMMIT: (2, 7),
+    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.FIND_COORDINATOR: (0, 2),
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.DESCRIBE_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 4),
+    ApiKey.DELETE_TOPICS: (1, 3),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 3),
+    ApiKey.DESCRIBE_CONFIGS: (1, 3),
+}
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    bounds = SUPPORTED_VERSIONS.get(api_key)
+    return bounds is not None and bounds[0] <= api_version <= bounds[1]

@@ -1,0 +1,84 @@
+"""`.timeindex`: sparse map from timestamp to offset, Kafka's layout.
+
+Each entry is 12 bytes: timestamp (int64) and offset relative to the segment base (int32).
+Timestamps only grow across entries, so a lookup by time bisects.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left
+
+from onceflow.storage.fs import FileHandle, FileSystem
+
+ENTRY = struct.Struct(">qi")
+
+
+class TimeIndex:
+    def __init__(self, fs: FileSystem, path: str, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._fs = fs
+        self.timestamps = array("q")
+        self.offsets = array("q")
+        self._file: FileHandle | None = None
+
+    def _handle(self) -> FileHandle:
+        if self._file is None:
+            self._file = self._fs.open(self.path)
+        return self._file
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    def load(self, next_offset: int) -> bool:
+        if not self._fs.exists(self.path):
+            return False
+        raw = self._fs.read_file(self.path)
+        if len(raw) % ENTRY.size:
+            return False
+        timestamps = array("q")
+        offsets = array("q")
+        for ts, rel in ENTRY.iter_unpack(raw):
+            offset = self.base_offset + rel
+            if (timestamps and ts <= timestamps[-1]) or rel < 0 or offset >= next_offset:
+                return False
+            timestamps.append(ts)
+            offsets.append(offset)
+        self.timestamps, self.offsets = timestamps, offsets
+        return True
+
+    def append(self, timestamp: int, offset: int) -> None:
+        if self.timestamps and timestamp <= self.timestamps[-1]:
+            return
+        self.timestamps.append(timestamp)
+        self.offsets.append(offset)
+        self._handle().append(ENTRY.pack(timestamp, offset - self.base_offset))
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset from which to scan for the first record at or after `timestamp`."""
+        i = bisect_left(self.timestamps, timestamp)
+        if i == 0:
+            return self.base_offset
+        return self.offsets[i - 1]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.timestamps[-1] if self.timestamps else -1
+
+    def rewrite(self, entries: list[tuple[int, int]]) -> None:
+        self.close()
+        self.timestamps = array("q", (t for t, _ in entries))
+        self.offsets = array("q", (o for _, o in entries))
+        data = b"".join(ENTRY.pack(t, o - self.base_offset) for t, o in entries)
+        self._fs.write_file_atomic(self.path, data)
+
+    def fsync(self) -> None:
+        if self._file is not None:
+            self._file.fsync()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

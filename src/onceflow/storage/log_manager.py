@@ -1,0 +1,239 @@
+"""LogManager: the data directory, its topics, and every partition log in it.
+
+On-disk layout (Kafka's, plus one metadata file because there is no controller):
+
+    <log.dir>/onceflow-topics.json              topics, partition counts, config overrides
+    <log.dir>/recovery-point-offset-checkpoint  flushed offset per partition
+    <log.dir>/.kafka_cleanshutdown              present only after a clean shutdown
+    <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from onceflow.clock import Clock
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.storage.fs import FileSystem
+from onceflow.storage.partition_log import LogConfig, PartitionLog, partition_dir
+from onceflow.storage.recovery import open_partition
+
+log = logging.getLogger(__name__)
+
+TOPICS_FILE = "onceflow-topics.json"
+RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+DELETE_SUFFIX = "-delete"
+
+ConfigFactory = Callable[[Mapping[str, str]], LogConfig]
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    topic_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    internal: bool = False
+
+
+class LogManager:
+    def __init__(
+        self, fs: FileSystem, log_dir: str, clock: Clock, config_factory: ConfigFactory
+    ) -> None:
+        self.fs = fs
+        self.log_dir = log_dir
+        self.clock = clock
+        self.config_factory = config_factory
+        self.topics: dict[str, TopicInfo] = {}
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self.clean_start = False
+
+    # ---- startup and shutdown --------------------------------------------------------
+
+    def load(self) -> None:
+        fs = self.fs
+        fs.makedirs(self.log_dir)
+        marker = os.path.join(self.log_dir, CLEAN_SHUTDOWN)
+        self.clean_start = fs.exists(marker)
+        self.topics = self._read_topics()
+        points = self._read_checkpoint()
+        wanted = {
+            f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)
+        }
+        for name in fs.listdir(self.log_dir):
+            path = os.path.join(self.log_dir, name)
+            if fs.isdir(path) and name not in wanted:
+                # A deleted topic whose files outlived the metadata change.
+                log.info("removing %s: not a partition of any topic", path)
+                fs.rmtree(path)
+        for topic in self.topics.values():
+            for p in range(topic.partitions):
+                self._open(topic, p, points.get((topic.name, p), 0), self.clean_start)
+        if self.clean_start:
+            fs.remove(marker)
+            fs.fsync_dir(self.log_dir)
+
+    def _open(self, topic: TopicInfo, partition: int, point: int, clean: bool) -> PartitionLog:
+        plog, stats = open_partition(
+            self.fs,
+            partition_dir(self.log_dir, topic.name, partition),
+            topic.name,
+            partition,
+            self.config_factory(topic.configs),
+            self.clock,
+            point,
+            clean,
+        )
+        if stats.segments_scanned:
+            log.info(
+                "recovered %s: scanned %d segments", plog.name, stats.segments_scanned
+            )
+        self.logs[(topic.name, partition)] = plog
+        return plog
+
+    def flush_all(self) -> None:
+        for plog in self.logs.values():
+            plog.flush()
+
+    def shutdown(self) -> None:
+        """Flush, checkpoint, close, and mark the shutdown clean so startup skips scans."""
+        self.flush_all()
+        self.checkpoint_recovery_points()
+        for plog in self.logs.values():
+            plog.close()
+        self.fs.write_file_atomic(os.path.join(self.log_dir, CLEAN_SHUTDOWN), b"")
+
+    # ---- topics ----------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str] | None = None,
+        internal: bool = False,
+    ) -> TopicInfo:
+        if name in self.topics:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists")
+        info = TopicInfo(name, partitions, dict(configs or {}), internal=internal)
+        self.config_factory(info.configs)  # reject bad configs before anything is written
+        self.topics[name] = info
+        self._write_topics()
+        for p in range(partitions):
+            self._open(info, p, 0, clean=False)
+        self.fs.fsync_dir(self.log_dir)
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self.topics.pop(name, None)
+        if info is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        self._write_topics()
+        for p in range(info.partitions):
+            plog = self.logs.pop((name, p), None)
+            if plog is not None:
+                plog.delete()
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+    def __iter__(self) -> Iterator[PartitionLog]:
+        return iter(list(self.logs.values()))
+
+    # ---- retention -------------------------------------------------------------------
+
+    def enforce_retention(self) -> int:
+        """Delete whole segments past retention.ms or retention.bytes; return how many."""
+        now = self.clock.now_ms()
+        deleted = 0
+        for plog in self:
+            cfg = plog.config
+            if not cfg.cleanup_delete:
+                continue
+            count = 0
+            if cfg.retention_ms >= 0:
+                for segment in plog.segments[:-1]:
+                    if now - segment.max_timestamp <= cfg.retention_ms:
+                        break
+                    count += 1
+            if cfg.retention_bytes >= 0:
+                excess = plog.size_bytes - cfg.retention_bytes
+                by_size = 0
+                for segment in plog.segments[:-1]:
+                    if excess < segment.size:
+                        break
+                    excess -= segment.size
+                    by_size += 1
+                count = max(count, by_size)
+            if count:
+                removed = plog.delete_oldest_segments(count)
+                if removed:
+                    log.info(
+                        "retention deleted %d segments of %s; log start offset is now %d",
+                        removed,
+                        plog.name,
+                        plog.log_start_offset,
+                    )
+                deleted += removed
+        return deleted
+
+    # ---- metadata files --------------------------------------------------------------
+
+    def _read_topics(self) -> dict[str, TopicInfo]:
+        path = os.path.join(self.log_dir, TOPICS_FILE)
+        if not self.fs.exists(path):
+            return {}
+        raw = json.loads(self.fs.read_file(path))
+        return {
+            name: TopicInfo(
+                name,
+                int(t["partitions"]),
+                {str(k): str(v) for k, v in t.get("configs", {}).items()},
+                str(t["id"]),
+                bool(t.get("internal", False)),
+            )
+            for name, t in raw["topics"].items()
+        }
+
+    def _write_topics(self) -> None:
+        body = {
+            "version": 1,
+            "topics": {
+                t.name: {
+                    "partitions": t.partitions,
+                    "configs": t.configs,
+                    "id": t.topic_id,
+                    "internal": t.internal,
+                }
+                for t in self.topics.values()
+            },
+        }
+        data = json.dumps(body, indent=1, sort_keys=True).encode()
+        self.fs.write_file_atomic(os.path.join(self.log_dir, TOPICS_FILE), data)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Kafka's checkpoint format: version, count, then `topic partition offset` lines."""
+        lines = [f"{p.topic} {p.partition} {p.flushed_offset}" for p in self.logs.values()]
+        data = "\n".join(["0", str(len(lines)), *lines]) + "\n"
+        self.fs.write_file_atomic(os.path.join(self.log_dir, RECOVERY_CHECKPOINT), data.encode())
+
+    def _read_checkpoint(self) -> dict[tuple[str, int], int]:
+        path = os.path.join(self.log_dir, RECOVERY_CHECKPOINT)
+        if not self.fs.exists(path):
+            return {}
+        try:
+            lines = self.fs.read_file(path).decode().splitlines()
+            count = int(lines[1])
+            points: dict[tuple[str, int], int] = {}
+            for line in lines[2 : 2 + count]:
+                topic, partition, offset = line.rsplit(" ", 2)
+                points[(topic, int(partition))] = int(offset)
+            return points
+        except (ValueError, IndexError, UnicodeDecodeError):
+            log.warning("ignoring an unreadable %s: recovering every segment", path)
+            return {}

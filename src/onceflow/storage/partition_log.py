@@ -1,0 +1,344 @@
+"""PartitionLog: the ordered segments of one partition, and its offsets.
+
+Offsets that matter, lowest to highest:
+- `log_start_offset`: the first offset still held (retention moves it).
+- `high_watermark`: what consumers may read. In durable mode (the default) it is the
+  flushed offset, so no consumer ever sees data a crash could take back.
+- `log_end_offset`: one past the last appended offset.
+
+Appends are synchronous writes to the page cache. Durability is a separate, two-step flush
+(`prepare_flush` on the event loop, fsync anywhere, `complete_flush` back on the loop), which
+lets the broker group many appends under one fsync.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from onceflow.clock import Clock
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.invariants import invariant
+from onceflow.records.batch import BatchHeader, assign_offsets
+from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.segment import LogSegment
+
+MAX_RELATIVE_OFFSET = (1 << 31) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The per-topic settings storage acts on (Kafka's topic-level config keys)."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    cleanup_delete: bool = True
+    cleanup_compact: bool = False
+    max_message_bytes: int = 1048588
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+    durable: bool = True  # answer acks=-1 and expose data only after fsync
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """Bytes of a segment file to send as they are (sendfile when possible)."""
+
+    file: FileHandle
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        return self.file.pread(self.size, self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    region: FileRegion | None
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class FlushPlan:
+    log: PartitionLog
+    end_offset: int
+    end_segment: LogSegment
+    end_position: int
+    segments: list[LogSegment] = field(default_factory=list)
+
+    def execute(self) -> None:
+        """The slow part: fsync every segment that holds unflushed data."""
+        for segment in self.segments:
+            segment.fsync()
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        clock: Clock,
+        segments: list[LogSegment],
+        recovery_point: int,
+    ) -> None:
+        invariant(bool(segments), "a partition log always has an active segment")
+        self.fs = fs
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.segments = segments
+        self.leader_epoch = 0
+        self.log_end_offset = segments[-1].next_offset
+        self.flushed_offset = min(recovery_point, self.log_end_offset)
+        self._hw_segment = segments[-1]
+        self._hw_position = segments[-1].size
+        self.high_watermark = self.log_end_offset
+        self._dirty: list[LogSegment] = []
+        if self.flushed_offset < self.log_end_offset:
+            # Recovery validated everything past the recovery point; flush it once more.
+            self._dirty = list(segments)
+        self.deleted = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # ---- appending -------------------------------------------------------------------
+
+    def append_batches(
+        self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]
+    ) -> AppendResult:
+        """Assign offsets to validated batches and append them as they are.
+
+        Only baseOffset and partitionLeaderEpoch change; the producer's CRC stays valid.
+        """
+        first = self.log_end_offset
+        stamped = assign_offsets(data, headers, first, self.leader_epoch)
+        placed = [h._replace(base_offset=o) for h, o in _bases(headers, first)]
+        self._maybe_roll(len(stamped), placed)
+        self.active.append(stamped, placed)
+        self.log_end_offset = placed[-1].next_offset
+        self._mark_dirty()
+        if not self.config.durable:
+            self._advance_high_watermark(self.log_end_offset, self.active, self.active.size)
+        return AppendResult(first, self.log_end_offset - 1, self.log_start_offset)
+
+    def _mark_dirty(self) -> None:
+        if not self._dirty or self._dirty[-1] is not self.active:
+            self._dirty.append(self.active)
+
+    def _maybe_roll(self, incoming: int, headers: list[BatchHeader]) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        now = self.clock.now_ms()
+        started = seg.first_batch_timestamp if seg.first_batch_timestamp is not None else now
+        max_index_entries = self.config.segment_index_bytes // 8
+        if (
+            seg.size + incoming > self.config.segment_bytes
+            or now - started > self.config.segment_ms
+            or len(seg.offset_index) >= max_index_entries - 1
+            or headers[-1].last_offset - seg.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        if self.active.size == 0:
+            return self.active
+        segment = LogSegment(
+            self.fs, self.directory, self.log_end_offset, self.config.index_interval_bytes
+        )
+        segment.next_offset = self.log_end_offset
+        self.segments.append(segment)
+        self.fs.fsync_dir(self.directory)
+        return segment
+
+    # ---- durability ------------------------------------------------------------------
+
+    def prepare_flush(self) -> FlushPlan | None:
+        """Snapshot what must be synced to make everything appended so far durable."""
+        if not self._dirty:
+            return None
+        plan = FlushPlan(self, self.log_end_offset, self.active, self.active.size, self._dirty)
+        self._dirty = []
+        return plan
+
+    def complete_flush(self, plan: FlushPlan) -> None:
+        if plan.end_offset > self.flushed_offset:
+            self.flushed_offset = plan.end_offset
+            if self.config.durable:
+                self._advance_high_watermark(plan.end_offset, plan.end_segment, plan.end_position)
+
+    def flush(self) -> None:
+        """Synchronous flush (shutdown, tests, simulation)."""
+        plan = self.prepare_flush()
+        if plan is not None:
+            plan.execute()
+            self.complete_flush(plan)
+
+    def _advance_high_watermark(self, offset: int, segment: LogSegment, position: int) -> None:
+        if offset >= self.high_watermark:
+            self.high_watermark = offset
+            self._hw_segment = segment
+            self._hw_position = position
+
+    @property
+    def has_unflushed(self) -> bool:
+        return bool(self._dirty)
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def segment_for(self, offset: int) -> int:
+        """Index of the segment holding `offset` (the last with base at or below it)."""
+        lo, hi = 0, len(self.segments) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.segments[mid].base_offset <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def check_offset(self, offset: int, limit: int) -> None:
+        if offset < self.log_start_offset or offset > limit:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{self.log_start_offset}, {limit}] of {self.name}",
+            )
+
+    def read(self, offset: int, max_bytes: int, upper_offset: int, min_one: bool) -> ReadResult:
+        """File bytes from the batch holding `offset`, up to `upper_offset` (exclusive).
+
+        Like Kafka, the region may end inside a batch when `max_bytes` cuts it; clients
+        drop a partial trailing batch. With `min_one`, the first batch is returned whole
+        even when it is larger than `max_bytes`.
+        """
+        hw = self.high_watermark
+        self.check_offset(offset, self.log_end_offset)
+        start = self.log_start_offset
+        if offset >= upper_offset:
+            return ReadResult(None, hw, start)
+        index = self.segment_for(offset)
+        while index < len(self.segments):
+            segment = self.segments[index]
+            location = segment.find_batch(offset)
+            if location is not None and location.header.base_offset < upper_offset:
+                end = self._position_limit(segment, upper_offset)
+                if min_one:
+                    max_bytes = max(max_bytes, location.header.size)
+                size = min(max_bytes, end - location.position)
+                if size <= 0:
+                    return ReadResult(None, hw, start)
+                return ReadResult(FileRegion(segment.log, location.position, size), hw, start)
+            if location is not None:
+                break
+            index += 1
+        return ReadResult(None, hw, start)
+
+    def _position_limit(self, segment: LogSegment, upper_offset: int) -> int:
+        if upper_offset >= self.log_end_offset or upper_offset >= segment.next_offset:
+            return segment.size
+        if upper_offset == self.high_watermark and segment is self._hw_segment:
+            return self._hw_position
+        return segment.position_of(upper_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with a timestamp at or after `timestamp`.
+
+        Kafka answers with the first record at or after the timestamp; batches here carry
+        the per-batch max timestamp, so the answer is the batch's base offset, which a
+        consumer seeking by time reads from.
+        """
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            start = segment.time_index.lookup(timestamp)
+            _, position = segment.offset_index.lookup(start)
+            for location in segment.read_headers(position):
+                header = location.header
+                if header.base_offset >= self.high_watermark:
+                    return None
+                if header.max_timestamp >= timestamp:
+                    return header.base_offset, header.max_timestamp
+        return None
+
+    # ---- retention -------------------------------------------------------------------
+
+    def delete_oldest_segments(self, count: int) -> int:
+        """Delete the oldest `count` segments (never the active one, never unflushed data)."""
+        deletable = 0
+        for segment in self.segments[: min(count, len(self.segments) - 1)]:
+            if segment.next_offset > self.flushed_offset or segment.next_offset > self.high_watermark:
+                break
+            deletable += 1
+        for segment in self.segments[:deletable]:
+            segment.delete()
+        del self.segments[:deletable]
+        return deletable
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or above `offset` (recovery and tests only)."""
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete()
+        self.active.truncate_to(offset)
+        self.log_end_offset = self.active.next_offset
+        self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self._hw_segment, self._hw_position = self.active, self.active.size
+        self._dirty = [self.active]
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        self.deleted = True
+        for segment in self.segments:
+            segment.close()
+        self.fs.rmtree(self.directory)
+
+
+def _bases(headers: list[BatchHeader], first: int) -> list[tuple[BatchHeader, int]]:
+    out = []
+    offset = first
+    for header in headers:
+        out.append((header, offset))
+        offset += header.last_offset_delta + 1
+    return out
+
+
+def partition_dir(root: str, topic: str, partition: int) -> str:
+    return os.path.join(root, f"{topic}-{partition}")

@@ -1,0 +1,227 @@
+"""LogSegment: one `<base offset>.log` file with its `.index` and `.timeindex`.
+
+A segment only appends whole batches whose offsets were already assigned. It keeps the
+sparse indexes current, answers "where is the batch holding offset X" by index lookup plus a
+short scan of batch headers, and can rebuild its indexes from the log bytes alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from onceflow.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    parse_header,
+    scan_batches,
+)
+from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.indexes import OffsetIndex, TimeIndex
+
+# How much to read at once when walking headers forward from an index entry.
+_SCAN_WINDOW = 16 * 1024
+# How much recovery reads at once while validating a segment.
+_RECOVERY_WINDOW = 4 * 1024 * 1024
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    position: int
+    header: BatchHeader
+
+
+class LogSegment:
+    def __init__(self, fs: FileSystem, directory: str, base_offset: int, index_interval: int):
+        self.fs = fs
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval = index_interval
+        self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
+        self.log: FileHandle = fs.open(self.log_path)
+        self.offset_index = OffsetIndex(
+            fs, os.path.join(directory, segment_name(base_offset, ".index")), base_offset
+        )
+        self.time_index = TimeIndex(
+            fs, os.path.join(directory, segment_name(base_offset, ".timeindex")), base_offset
+        )
+        self.size = self.log.size()
+        self.next_offset = base_offset  # one past the last offset held
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index = 0
+
+    # ---- appending -------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
+        """Append batches (offsets already assigned); return the position of the first."""
+        start = self.size
+        self.log.append(data)
+        pos = start
+        for header in headers:
+            self._account(header, pos)
+            pos += header.size
+        self.size = pos
+        return start
+
+    def _account(self, header: BatchHeader, position: int) -> None:
+        """Update indexes and counters for one batch written at `position`."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index > self.index_interval:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        self.next_offset = header.next_offset
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def find_batch(self, offset: int) -> BatchLocation | None:
+        """The first batch whose last offset is at or above `offset`, or None."""
+        _, pos = self.offset_index.lookup(offset)
+        while pos < self.size:
+            window = self.log.pread(min(_SCAN_WINDOW, self.size - pos), pos)
+            cursor = 0
+            while len(window) - cursor >= HEADER_SIZE:
+                header = parse_header(window, cursor)
+                if header.last_offset >= offset:
+                    return BatchLocation(pos + cursor, header)
+                cursor += header.size
+            if cursor == 0:  # a header straddles the window; read it alone
+                header = parse_header(self.log.pread(HEADER_SIZE, pos))
+                if header.last_offset >= offset:
+                    return BatchLocation(pos, header)
+                cursor = header.size
+            pos += cursor
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """The position of the batch starting at or holding `offset`, or the end."""
+        location = self.find_batch(offset)
+        return self.size if location is None else location.position
+
+    def read_headers(self, start: int = 0, end: int | None = None) -> list[BatchLocation]:
+        """Headers of every batch in [start, end): a per-batch walk for cold paths."""
+        end = self.size if end is None else end
+        out: list[BatchLocation] = []
+        pos = start
+        while pos < end:
+            header = parse_header(self.log.pread(HEADER_SIZE, pos))
+            out.append(BatchLocation(pos, header))
+            pos += header.size
+        return out
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return self.log.pread(size, position)
+
+    # ---- recovery --------------------------------------------------------------------
+
+    def load_indexes(self) -> bool:
+        """Trust the index files after a clean shutdown, if they are sane."""
+        if not self.offset_index.load(max(self.size, 1)):
+            return False
+        last = self._last_batch()
+        self.next_offset = self.base_offset if last is None else last.header.next_offset
+        if not self.time_index.load(self.next_offset):
+            return False
+        if self.time_index.timestamps:
+            self.max_timestamp = self.time_index.timestamps[-1]
+            self.offset_of_max_timestamp = self.time_index.offsets[-1]
+        if last is not None and last.header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = last.header.max_timestamp
+            self.offset_of_max_timestamp = last.header.last_offset
+        if self.size:
+            self.first_batch_timestamp = parse_header(self.log.pread(HEADER_SIZE, 0)).max_timestamp
+        self._bytes_since_index = self.size - (
+            self.offset_index.positions[-1] if self.offset_index.positions else 0
+        )
+        return True
+
+    def _last_batch(self) -> BatchLocation | None:
+        _, pos = self.offset_index.lookup(1 << 62)
+        last: BatchLocation | None = None
+        while pos < self.size:
+            header = parse_header(self.log.pread(HEADER_SIZE, pos))
+            last = BatchLocation(pos, header)
+            pos += header.size
+        return last
+
+    def recover(self) -> tuple[list[BatchLocation], int]:
+        """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.
+
+        Returns the valid batches and the number of bytes truncated.
+        """
+        scanned = self._scan_valid()
+        valid_end = scanned[-1].position + scanned[-1].header.size if scanned else 0
+        truncated = self.size - valid_end
+        if truncated:
+            self.log.truncate(valid_end)
+            self.size = valid_end
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index = 0
+        self.offset_index.rewrite([])
+        self.time_index.rewrite([])
+        for batch in scanned:
+            self._account(batch.header, batch.position)
+        return scanned, truncated
+
+    def _scan_valid(self) -> list[BatchLocation]:
+        """Walk the file in windows, checking each batch's length and CRC."""
+        out: list[BatchLocation] = []
+        pos = 0
+        while pos < self.size:
+            window = self.log.pread(min(_RECOVERY_WINDOW, self.size - pos), pos)
+            batches, end = scan_batches(window)
+            if end == 0 and len(window) >= HEADER_SIZE:
+                # The first batch is larger than the window: read exactly that batch.
+                size = parse_header(window).size
+                if 0 < size <= self.size - pos and size > len(window):
+                    window = self.log.pread(size, pos)
+                    batches, end = scan_batches(window)
+            if end == 0:
+                break
+            out.extend(BatchLocation(pos + b.position, b.header) for b in batches)
+            pos += end
+            if end < len(window) and len(window) - end >= HEADER_SIZE:
+                size = parse_header(window, end).size
+                if end + size <= len(window):
+                    break  # the batch fit in the window, so it is corrupt: stop here
+        return out
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or above `offset` (which must be a batch boundary)."""
+        position = self.position_of(offset)
+        if position >= self.size:
+            return
+        self.log.truncate(position)
+        self.size = position
+        self.recover()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def fsync(self) -> None:
+        self.log.fsync()
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def close(self) -> None:
+        self.log.close()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            self.fs.remove(path)
