@@ -747,7 +747,7 @@ class BrokerConfig:
         """The config of a topic with no overrides: the broker's log.* values."""
         return TopicConfig(**{spec.attr: getattr(self, spec.broker_attr) for spec in _TOPIC_KEYS})
 
-    def topic_config(self, overrides: Mapping[str, str]) -> TopicConfig:
+    def topic_config(self, overrides: Mapping[str, str | None]) -> TopicConfig:
         """The config of a topic with these (persisted) overrides; raises ConfigError."""
         return self.topic_defaults().with_overrides(overrides)
 
@@ -1134,11 +1134,14 @@ def load_broker_config(
     Returns the config and one warning per unknown key. Raises ConfigError for a missing file
     or a bad value, naming the key, the value and what was expected.
     """
-    properties: dict[str, str] = {}
-    if path is not None:
-        properties.update(read_properties(path))
-    properties.update({key.strip(): value for key, value in overrides.items()})
-    return broker_config_from_properties(properties)
+    from_file = read_properties(path) if path is not None else {}
+    from_overrides = {key.strip(): value for key, value in overrides.items()}
+    try:
+        return broker_config_from_properties({**from_file, **from_overrides})
+    except ConfigError as exc:
+        if exc.key in from_file and exc.key not in from_overrides:
+            raise ConfigError(f"{exc} (set in {path})", exc.key) from None
+        raise
 
 
 def broker_config_from_properties(

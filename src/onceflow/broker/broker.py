@@ -21,6 +21,7 @@ from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.record import decode_records
+from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
 from onceflow.storage.log_manager import LogManager, TopicInfo
@@ -51,6 +52,7 @@ class Broker:
         self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config)
         self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
         self.purgatory = FetchPurgatory()
+        self.cleaner = LogCleaner()
         self.connections: set[KafkaConnection] = set()
         self.group_coordinator = GroupCoordinator(
             clock=self.clock,
@@ -105,6 +107,8 @@ class Broker:
         self._every(0.1, self.group_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
+        if self.config.log_cleaner_enable:
+            self._every(self.config.log_cleaner_backoff_ms / 1000, self.clean_logs)
 
     def _every(self, seconds: float, action: Callable[[], object]) -> None:
         async def loop() -> None:
@@ -138,6 +142,13 @@ class Broker:
         body = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
         self.fs.write_file_atomic(path, body.encode())
         return cluster_id
+
+    def clean_logs(self) -> None:
+        """One pass of the log cleaner over every compacted partition that needs it."""
+        now = self.clock.now_ms()
+        for plog in self.logs:
+            if self.cleaner.needs_cleaning(plog):
+                self.cleaner.clean(plog, now)
 
     # ---- topics and partitions -------------------------------------------------------
 
@@ -207,7 +218,9 @@ class Broker:
             await self.flusher.durable(plog, result.last_offset)
         return result.first_offset
 
-    def read_internal(self, topic: str, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+    def read_internal(
+        self, topic: str, partition: int
+    ) -> Iterable[tuple[bytes | None, bytes | None]]:
         """Every record of an internal partition, oldest first (coordinator loading)."""
         plog = self.logs.get(topic, partition)
         if plog is None:
@@ -233,4 +246,3 @@ class _InternalTopicLog:
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
         return self._broker.read_internal(self._topic, partition)
-

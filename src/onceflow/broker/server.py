@@ -180,9 +180,9 @@ class KafkaConnection(asyncio.Protocol):
                     self.abort("internal error")
                     return
             head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
-            parts: list[Any] = result.parts if isinstance(result, RawBody) else [
-                codec.encode_body(result)
-            ]
+            parts: list[Any] = (
+                result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
+            )
             await self._send(loop, head, parts)
             self._in_flight -= 1
 
@@ -208,7 +208,11 @@ class KafkaConnection(asyncio.Protocol):
             await self._writable.wait()
 
     async def _sendfile(
-        self, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, fd: int, part: FileRegion
+        self,
+        loop: asyncio.AbstractEventLoop,
+        transport: asyncio.Transport,
+        fd: int,
+        part: FileRegion,
     ) -> None:
         try:
             sent = await loop.sendfile(

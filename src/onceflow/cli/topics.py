@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (
+
+# confluent-kafka re-exports these without an __all__, which strict mypy does not follow.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
-    ConfigSource,
     NewTopic,
-    ResourceType,
 )
 
 from onceflow.cli.common import (
@@ -138,9 +138,7 @@ def run_create(args: argparse.Namespace) -> int:
     except KafkaException as exc:
         if args.if_not_exists and _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
             return 0
-        raise CliError(
-            f"cannot create topic {args.topic}: {describe_kafka_error(exc)}"
-        ) from None
+        raise CliError(f"cannot create topic {args.topic}: {describe_kafka_error(exc)}") from None
     print(f"Created topic {args.topic}.")
     return 0
 
@@ -180,7 +178,7 @@ def _describe_configs(
     """Each topic's config entries, or the text of the error that kept them from us."""
     if not names:
         return {}
-    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    resources = [ConfigResource("topic", name) for name in names]
     futures = admin.describe_configs(resources, request_timeout=_timeout_s(args))
     configs: dict[str, list[Any] | str] = {}
     for resource, future in futures.items():
@@ -197,7 +195,7 @@ def _render_configs(entries: Iterable[Any], show_all: bool) -> str:
     """`key=value,...`: only overrides unless `show_all`; secrets are never printed."""
     shown = []
     for entry in entries:
-        if not show_all and (entry.is_default or entry.source == ConfigSource.DEFAULT_CONFIG):
+        if not show_all and (entry.is_default or entry.source.name == "DEFAULT_CONFIG"):
             continue
         value = "(sensitive)" if entry.is_sensitive else entry.value
         shown.append(f"{entry.name}={'' if value is None else value}")

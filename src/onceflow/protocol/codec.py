@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -95,9 +95,8 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
             f"{_api_name(prefix.api_key)} v{prefix.api_version} request has "
             f"{len(frame) - pos - size} trailing bytes"
         )
-    return RequestHeader(
-        prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id
-    ), body
+    client_id: str | None = getattr(header, "client_id", None)
+    return RequestHeader(prefix.api_key, prefix.api_version, prefix.correlation_id, client_id), body
 
 
 def response_header(api_key: int, api_version: int, correlation_id: int) -> bytes:
@@ -129,7 +128,3 @@ def _api_name(api_key: int) -> str:
         return ApiKey(api_key).name
     except ValueError:
         return f"api {api_key}"
-
-
-def cast_any(value: object) -> Any:
-    return cast(Any, value)

@@ -20,12 +20,13 @@ from onceflow.records.batch import (
     NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
+    BatchHeader,
     compute_crc,
 )
 from onceflow.records.compression import Compression, codec_of, compress
-from onceflow.records.record import Header, encode_record
+from onceflow.records.record import Header, Record, encode_record
 
-__all__ = ["RecordInput", "build_batch"]
+__all__ = ["RecordInput", "build_batch", "rebuild_batch"]
 
 # (key, value, headers); None is a null key or value.
 RecordInput = tuple[bytes | None, bytes | None, Sequence[Header]]
@@ -92,6 +93,49 @@ def build_batch(
         producer_epoch,
         base_sequence,
         count,
+    )
+    out[HEADER_SIZE:] = body
+    out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, size).to_bytes(4, "big")
+    return bytes(out)
+
+
+def rebuild_batch(original: BatchHeader, records: Sequence[Record]) -> bytes:
+    """A batch holding only `records` of `original`, as the log cleaner writes it.
+
+    Offsets, the base timestamp, lastOffsetDelta, the producer fields and the attributes stay
+    those of the original, so offsets never move and producer state survives compaction.
+    recordCount shrinks; that a count is below lastOffsetDelta + 1 is how Kafka marks a
+    compacted batch too.
+    """
+    if not records:
+        raise ValueError("a compacted batch keeps at least one record")
+    base = original.base_offset
+    base_ts = original.base_timestamp
+    body = b"".join(
+        encode_record(r.offset - base, r.timestamp - base_ts, r.key, r.value, r.headers)
+        for r in records
+    )
+    codec = codec_of(original.compression)
+    if codec is not Compression.NONE:
+        body = compress(codec, body)
+    size = HEADER_SIZE + len(body)
+    out = bytearray(size)
+    HEADER.pack_into(
+        out,
+        0,
+        base,
+        size - LOG_OVERHEAD,
+        original.partition_leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        original.attributes,
+        original.last_offset_delta,
+        base_ts,
+        original.max_timestamp,
+        original.producer_id,
+        original.producer_epoch,
+        original.base_sequence,
+        len(records),
     )
     out[HEADER_SIZE:] = body
     out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, size).to_bytes(4, "big")

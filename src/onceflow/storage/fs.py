@@ -72,7 +72,8 @@ class RealFile:
         return self._size
 
     def fsync(self) -> None:
-        os.fdatasync(self._fd)
+        if self._fd >= 0:  # a closed (replaced or deleted) segment has nothing left to sync
+            os.fdatasync(self._fd)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)

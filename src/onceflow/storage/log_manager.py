@@ -63,9 +63,7 @@ class LogManager:
         self.clean_start = fs.exists(marker)
         self.topics = self._read_topics()
         points = self._read_checkpoint()
-        wanted = {
-            f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)
-        }
+        wanted = {f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)}
         for name in fs.listdir(self.log_dir):
             path = os.path.join(self.log_dir, name)
             if fs.isdir(path) and name not in wanted:
@@ -91,9 +89,7 @@ class LogManager:
             clean,
         )
         if stats.segments_scanned:
-            log.info(
-                "recovered %s: scanned %d segments", plog.name, stats.segments_scanned
-            )
+            log.info("recovered %s: scanned %d segments", plog.name, stats.segments_scanned)
         self.logs[(topic.name, partition)] = plog
         return plog
 
@@ -125,7 +121,7 @@ class LogManager:
         self.topics[name] = info
         self._write_topics()
         for p in range(partitions):
-            self._open(info, p, 0, clean=False)
+            self._open(info, p, 0, clean=True)  # new and empty: nothing to recover
         self.fs.fsync_dir(self.log_dir)
         return info
 

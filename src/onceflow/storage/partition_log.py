@@ -20,6 +20,7 @@ from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
 from onceflow.records.batch import BatchHeader, assign_offsets
+from onceflow.records.record import decode_records
 from onceflow.storage.fs import FileHandle, FileSystem
 from onceflow.storage.segment import LogSegment
 
@@ -274,11 +275,10 @@ class PartitionLog:
         return segment.position_of(upper_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch with a timestamp at or after `timestamp`.
+        """(offset, timestamp) of the first record with a timestamp at or after `timestamp`.
 
-        Kafka answers with the first record at or after the timestamp; batches here carry
-        the per-batch max timestamp, so the answer is the batch's base offset, which a
-        consumer seeking by time reads from.
+        The time index finds the segment and a starting point; batch headers (each carries
+        its max timestamp) find the batch; only that one batch is decoded.
         """
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
@@ -290,6 +290,10 @@ class PartitionLog:
                 if header.base_offset >= self.high_watermark:
                     return None
                 if header.max_timestamp >= timestamp:
+                    batch = segment.read_bytes(location.position, header.size)
+                    for record in decode_records(batch, verify_crc=False):
+                        if record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
                     return header.base_offset, header.max_timestamp
         return None
 
@@ -299,7 +303,10 @@ class PartitionLog:
         """Delete the oldest `count` segments (never the active one, never unflushed data)."""
         deletable = 0
         for segment in self.segments[: min(count, len(self.segments) - 1)]:
-            if segment.next_offset > self.flushed_offset or segment.next_offset > self.high_watermark:
+            if (
+                segment.next_offset > self.flushed_offset
+                or segment.next_offset > self.high_watermark
+            ):
                 break
             deletable += 1
         for segment in self.segments[:deletable]:

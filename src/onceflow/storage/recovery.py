@@ -58,7 +58,9 @@ def open_partition(
         fs.fsync_dir(directory)
 
     scanned = truncated = deleted = 0
-    needs_scan_from = len(segments) if clean_shutdown else _first_unrecovered(segments, recovery_point)
+    needs_scan_from = (
+        len(segments) if clean_shutdown else _first_unrecovered(segments, recovery_point)
+    )
     i = 0
     while i < len(segments):
         segment = segments[i]
@@ -95,7 +97,9 @@ def open_partition(
         config,
         clock,
         segments,
-        segments[-1].next_offset if clean_shutdown else min(recovery_point, segments[-1].next_offset),
+        segments[-1].next_offset
+        if clean_shutdown
+        else min(recovery_point, segments[-1].next_offset),
     )
     if not clean_shutdown:
         plog.flush()  # what recovery validated becomes durable before anyone reads it

@@ -28,26 +28,32 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 raise KafkaError(
                     ErrorCode.invalid_request, "manual replica assignment is not supported"
                 )
-            partitions = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            partitions = (
+                broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            )
             replicas = topic.replication_factor
             if replicas not in (-1, 1):
                 raise KafkaError(
                     ErrorCode.invalid_replication_factor,
                     f"replication factor {replicas} is larger than the 1 available broker",
                 )
-            configs = {c.name: c.value for c in topic.configs}
-            if any(v is None for v in configs.values()):
+            if any(c.value is None for c in topic.configs):
                 raise KafkaError(ErrorCode.invalid_config, "null config values are not allowed")
+            configs: dict[str, str] = {c.name: c.value for c in topic.configs}
             broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
             if topic.name in broker.logs.topics:
                 raise KafkaError(
                     ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists"
                 )
             if not request.validate_only:
-                broker.create_topic(topic.name, partitions, configs)  # type: ignore[arg-type]
+                broker.create_topic(topic.name, partitions, configs)
         except KafkaError as exc:
             error, message = exc.code, exc.message
-        results.append(ctx.entity("CreatableTopicResult", name=topic.name, error_code=error, error_message=message))
+        results.append(
+            ctx.entity(
+                "CreatableTopicResult", name=topic.name, error_code=error, error_message=message
+            )
+        )
     return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(results))
 
 
@@ -66,7 +72,6 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
     version = ctx.api_version
     synonyms_wanted = version >= 1 and request.include_synonyms
     docs_wanted = version >= 3 and request.include_documentation
@@ -88,7 +93,9 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                 config_source=int(e.source),
                 is_sensitive=e.is_sensitive,
                 synonyms=tuple(
-                    ctx.entity("DescribeConfigsSynonym", name=s.name, value=s.value, source=int(s.source))
+                    ctx.entity(
+                        "DescribeConfigsSynonym", name=s.name, value=s.value, source=int(s.source)
+                    )
                     for s in e.synonyms
                 )
                 if synonyms_wanted
@@ -109,7 +116,6 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
                 configs=configs,
             )
         )
-    del broker
     return ctx.response(throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
@@ -118,7 +124,9 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
     if resource.resource_type == RESOURCE_TOPIC:
         info = broker.logs.topics.get(resource.resource_name)
         if info is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{resource.resource_name}'")
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"no topic '{resource.resource_name}'"
+            )
         try:
             topic = broker.config.topic_config(info.configs)
         except ConfigError as exc:
@@ -128,7 +136,9 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
         if resource.resource_name not in ("", str(broker.node_id)):
             raise KafkaError(ErrorCode.invalid_request, f"no broker '{resource.resource_name}'")
         return list(describe_broker_config(broker.config))
-    raise KafkaError(ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}")
+    raise KafkaError(
+        ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}"
+    )
 
 
 HANDLERS: dict[int, Handler] = {

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.static.primitive import i16
 
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode
@@ -35,7 +36,7 @@ def unsupported_version_response() -> Any:
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
-            ApiVersionV0(api_key=key, min_version=lo, max_version=hi)
+            ApiVersionV0(api_key=i16(key), min_version=i16(lo), max_version=i16(hi))
             for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
         ),
     )

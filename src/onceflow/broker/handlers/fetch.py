@@ -56,7 +56,6 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[list[_PartitionRead]], int, bool]:
-    broker = ctx.broker
     committed = ctx.api_version >= 4 and request.isolation_level == READ_COMMITTED
     limit = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
     min_one = True
@@ -66,7 +65,9 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[list[_PartitionRe
     for topic in request.topics:
         reads = []
         for p in topic.partitions:
-            read = _read_partition(ctx, topic.topic, p, committed, min(limit, p.partition_max_bytes), min_one)
+            read = _read_partition(
+                ctx, topic.topic, p, committed, min(limit, p.partition_max_bytes), min_one
+            )
             if read.region is not None:
                 limit = max(0, limit - read.region.size)
                 total += read.region.size
@@ -89,7 +90,9 @@ def _read_partition(
         result = plog.read(p.fetch_offset, max_bytes, upper, min_one)
     except KafkaError as exc:
         return _PartitionRead(p.partition, exc.code)
-    aborted = ctx.broker.aborted_transactions(plog, p.fetch_offset, result.region) if committed else None
+    aborted = (
+        ctx.broker.aborted_transactions(plog, p.fetch_offset, result.region) if committed else None
+    )
     return _PartitionRead(
         p.partition,
         ErrorCode.none,

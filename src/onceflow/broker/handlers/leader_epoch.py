@@ -36,6 +36,8 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
                 )
             )
         topics.append(
-            ctx.entity("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions))
+            ctx.entity(
+                "OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions)
+            )
         )
     return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(topics))

@@ -20,7 +20,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            error, offset, timestamp = _lookup(ctx, topic.name, p.partition_index, p.timestamp, committed)
+            error, offset, timestamp = _lookup(
+                ctx, topic.name, p.partition_index, p.timestamp, committed
+            )
             partitions.append(
                 ctx.entity(
                     "ListOffsetsPartitionResponse",
@@ -31,7 +33,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     leader_epoch=0 if error is ErrorCode.none else -1,
                 )
             )
-        topics.append(ctx.entity("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions)))
+        topics.append(
+            ctx.entity("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions))
+        )
     return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(topics))
 
 

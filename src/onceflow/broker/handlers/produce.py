@@ -12,7 +12,8 @@ from typing import Any
 
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.errors import ErrorCode, KafkaError
-from onceflow.records.batch import validate_produced_batches
+from onceflow.records.batch import BatchHeader, validate_produced_batches
+from onceflow.records.record import decode_records
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -33,6 +34,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 plog = broker.log_for_produce(topic_data.name, data.index)
                 records = data.records or b""
                 headers = validate_produced_batches(records, plog.config.max_message_bytes)
+                if plog.config.cleanup_compact:
+                    require_keys(records, headers)
                 result = plog.append_batches(records, headers)
                 base_offset, log_start = result.first_offset, result.log_start_offset
                 broker.appended(plog)
@@ -68,3 +71,18 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 async def _after_durable(waits: list[asyncio.Future[None]], response: Any) -> Any:
     await asyncio.gather(*waits)
     return response
+
+
+def require_keys(records: bytes, headers: list[BatchHeader]) -> None:
+    """Compacted topics keep the latest record per key, so a keyless record is refused.
+
+    This is the only per-record check on the produce path, and only for compacted topics.
+    """
+    position = 0
+    for header in headers:
+        batch = memoryview(records)[position : position + header.size]
+        if any(r.key is None for r in decode_records(batch, verify_crc=False)):
+            raise KafkaError(
+                ErrorCode.invalid_record, "compacted topic cannot accept a record without a key"
+            )
+        position += header.size

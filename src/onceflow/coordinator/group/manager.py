@@ -8,7 +8,7 @@ tombstones that retention produces. `load()` rebuilds the cache from the log alo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
@@ -126,7 +126,7 @@ class GroupMetadataManager:
 
     # -- writing
 
-    async def _append(self, group_id: str, records: list[KeyValue]) -> int:
+    async def _append(self, group_id: str, records: Sequence[KeyValue]) -> int:
         """Append one batch to the group's partition; returns the first record's sequence.
 
         Sequences are taken before the await, so they follow the order appends were issued,

@@ -1,0 +1,7 @@
+"""`python -m onceflow ...` is the `onceflow` command."""
+
+import sys
+
+from onceflow.cli.main import main
+
+sys.exit(main())

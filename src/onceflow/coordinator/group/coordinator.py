@@ -1,0 +1,603 @@
+"""GroupCoordinator: the classic consumer group protocol, without sockets.
+
+The request handlers call one method per API and turn the returned values into responses.
+JoinGroup and SyncGroup may wait (for the other members, for the leader's assignment); they
+park a future and return when a later request or `poll()` resolves it. Everything else
+answers at once. The broker calls `await load()` at startup and `await poll()` periodically
+(every 100 ms or so) to expire sessions, finish timed-out rebalances and expire offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+from onceflow.clock import Clock
+from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.log import OffsetsLog
+from onceflow.coordinator.group.manager import GroupMetadataManager
+from onceflow.coordinator.group.metadata import GroupMetadata, MemberMetadata, Protocols
+from onceflow.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
+from onceflow.coordinator.group.rebalance import Rebalancer, new_future
+from onceflow.coordinator.group.results import (
+    NO_MEMBER_ID,
+    GroupOverview,
+    GroupSummary,
+    JoinResult,
+    LeaveMemberResult,
+    LeaveResult,
+    OffsetCommitEntry,
+    OffsetFetchResult,
+    SyncResult,
+)
+from onceflow.coordinator.group.state import GroupState
+from onceflow.errors import ErrorCode
+
+_E = GroupState.EMPTY
+_P = GroupState.PREPARING_REBALANCE
+_C = GroupState.COMPLETING_REBALANCE
+_S = GroupState.STABLE
+_D = GroupState.DEAD
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        log: OffsetsLog,
+        clock: Clock,
+        config: GroupCoordinatorConfig | None = None,
+        *,
+        new_uuid: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config or GroupCoordinatorConfig()
+        self._clock = clock
+        self._manager = GroupMetadataManager(log, clock, self.config)
+        self._rebalancer = Rebalancer(clock, self.config, self._manager)
+        self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        self._closed = False
+        self._next_retention_check_ms = 0
+
+    # -- lifecycle
+
+    def partition_for(self, group_id: str) -> int:
+        """The __consumer_offsets partition holding the group (FindCoordinator, tools)."""
+        return self._manager.partition_for(group_id)
+
+    async def load(self) -> None:
+        """Rebuild groups and offsets from __consumer_offsets; requests wait for this."""
+        self._manager.load()
+        for group in self._manager.groups.values():
+            for member in group.members.values():
+                self._rebalancer.schedule_heartbeat(member)
+            if len(group.members) > self.config.group_max_size:
+                self._rebalancer.prepare_rebalance(group)
+        interval = self.config.offsets_retention_check_interval_ms
+        self._next_retention_check_ms = self._clock.monotonic_ms() + interval
+
+    def close(self) -> None:
+        """Answer every parked request with NOT_COORDINATOR and refuse new ones."""
+        self._closed = True
+        for group in self._manager.groups.values():
+            self._rebalancer.close(group)
+
+    async def poll(self) -> None:
+        """Apply every deadline that has passed: sessions, delayed joins, syncs, retention."""
+        if self._closed or not self._manager.loaded:
+            return
+        for group in list(self._manager.groups.values()):
+            self._rebalancer.expire(group)
+        now = self._clock.monotonic_ms()
+        if now >= self._next_retention_check_ms:
+            self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
+            await self._manager.expire_offsets()
+        await self._rebalancer.flush()
+
+    async def expire_offsets(self) -> int:
+        """Run the retention check now; returns the number of tombstones written."""
+        return await self._manager.expire_offsets()
+
+    def group(self, group_id: str) -> GroupMetadata | None:
+        """The live metadata of a group (tests and tools; do not mutate)."""
+        return self._manager.get(group_id)
+
+    def _status_error(self, group_id: str | None, *, allow_empty_id: bool) -> ErrorCode | None:
+        if group_id is None or (not group_id and not allow_empty_id):
+            return ErrorCode.invalid_group_id
+        if self._closed:
+            return ErrorCode.coordinator_not_available
+        if not self._manager.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        return None
+
+    # -- JoinGroup
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        group_instance_id: str | None = None,
+        require_known_member_id: bool = False,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> JoinResult:
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is None and not (
+            self.config.group_min_session_timeout_ms
+            <= session_timeout_ms
+            <= self.config.group_max_session_timeout_ms
+        ):
+            error = ErrorCode.invalid_session_timeout
+        if error is not None:
+            return JoinResult.failed(member_id, error)
+        request = _Join(
+            member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            protocol_type,
+            tuple((name, bytes(data)) for name, data in protocols),
+        )
+        is_new = member_id == NO_MEMBER_ID
+        group = self._manager.get(group_id)
+        if group is None:
+            if not is_new:
+                return JoinResult.failed(member_id, ErrorCode.unknown_member_id)
+            group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
+        if not self._accepts(group, member_id):
+            member = group.members.get(member_id)
+            if member is not None:
+                self._rebalancer.remove_member(group, member)
+            await self._rebalancer.flush()
+            return JoinResult.failed(NO_MEMBER_ID, ErrorCode.group_max_size_reached)
+        if is_new:
+            future = await self._join_new_member(group, request, require_known_member_id)
+        else:
+            future = self._join_known_member(group, request)
+        self._rebalancer.maybe_complete_join(group)
+        await self._rebalancer.flush()
+        return await future
+
+    def _accepts(self, group: GroupMetadata, member_id: str) -> bool:
+        """group.max.size: members already in the rebalance always get back in."""
+        limit = self.config.group_max_size
+        member = group.members.get(member_id)
+        if group.is_(_E, _D):
+            return True
+        if group.is_(_P):
+            return (member is not None and member.is_awaiting_join) or (
+                group.num_awaiting_join() < limit
+            )
+        return member is not None or len(group.members) < limit
+
+    async def _join_new_member(
+        self, group: GroupMetadata, req: _Join, require_known_member_id: bool
+    ) -> asyncio.Future[JoinResult]:
+        if group.is_(_D):
+            return _done(JoinResult.failed(NO_MEMBER_ID, ErrorCode.coordinator_not_available))
+        if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
+            return _done(JoinResult.failed(NO_MEMBER_ID, ErrorCode.inconsistent_group_protocol))
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        new_id = f"{prefix}-{self._new_uuid()}"
+        if req.group_instance_id is not None:
+            old_id = group.static_members.get(req.group_instance_id)
+            if old_id is not None:
+                return await self._replace_static_member(group, req, old_id, new_id)
+        elif require_known_member_id:
+            # JoinGroup v4+: hand out the id first, so a client that times out and retries
+            # comes back as the same member instead of leaving a ghost behind.
+            deadline = self._clock.monotonic_ms() + req.session_timeout_ms
+            group.pending_members[new_id] = deadline
+            return _done(JoinResult.failed(new_id, ErrorCode.member_id_required))
+        return self._add_member(group, req, new_id)
+
+    def _join_known_member(self, group: GroupMetadata, req: _Join) -> asyncio.Future[JoinResult]:
+        member_id = req.member_id
+        if group.is_(_D):
+            return _done(JoinResult.failed(member_id, ErrorCode.coordinator_not_available))
+        if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
+            return _done(JoinResult.failed(member_id, ErrorCode.inconsistent_group_protocol))
+        if member_id in group.pending_members:
+            if req.group_instance_id is not None:  # pending ids are only handed to dynamic ones
+                return _done(JoinResult.failed(member_id, ErrorCode.unknown_server_error))
+            return self._add_member(group, req, member_id)
+        error = _validate_member(group, member_id, req.group_instance_id)
+        if error is not None:
+            return _done(JoinResult.failed(member_id, error))
+        member = group.get(member_id)
+        if group.is_(_P):
+            return self._update_member(group, member, req)
+        if group.is_(_C):
+            if member.matches(req.protocols):  # a retry after a lost response
+                return _done(self._current_generation(group, member_id, with_members=True))
+            return self._update_member(group, member, req)
+        if group.is_(_S):
+            # The leader rejoining forces a rebalance: that is how it reacts to metadata
+            # changes (new partitions) that do not change any member's subscription.
+            if group.is_leader(member_id) or not member.matches(req.protocols):
+                return self._update_member(group, member, req)
+            return _done(self._current_generation(group, member_id, with_members=False))
+        return _done(JoinResult.failed(member_id, ErrorCode.unknown_member_id))
+
+    def _current_generation(
+        self, group: GroupMetadata, member_id: str, *, with_members: bool
+    ) -> JoinResult:
+        leader = group.is_leader(member_id)
+        return JoinResult(
+            error=ErrorCode.none,
+            member_id=member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol or "",
+            leader_id=group.leader_id or "",
+            members=group.current_member_metadata() if with_members and leader else (),
+        )
+
+    def _add_member(
+        self, group: GroupMetadata, req: _Join, member_id: str
+    ) -> asyncio.Future[JoinResult]:
+        member = MemberMetadata(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=req.protocols,
+            is_new=True,
+        )
+        future: asyncio.Future[JoinResult] = new_future()
+        member.join_future = future
+        if group.is_(_P) and group.generation_id == 0:
+            group.new_member_added = True  # lets the initial delay wait once more
+        group.add(member)
+        self._rebalancer.schedule_new_member_expiry(member)
+        self._rebalancer.maybe_prepare_rebalance(group)
+        return future
+
+    def _update_member(
+        self, group: GroupMetadata, member: MemberMetadata, req: _Join
+    ) -> asyncio.Future[JoinResult]:
+        future = _park_join(member, req)
+        self._rebalancer.maybe_prepare_rebalance(group)
+        return future
+
+    async def _replace_static_member(
+        self, group: GroupMetadata, req: _Join, old_id: str, new_id: str
+    ) -> asyncio.Future[JoinResult]:
+        """A static member restarted: it takes over its old identity under a new member id.
+
+        In a Stable group this avoids a rebalance when the protocol choice cannot change;
+        the new id is persisted first, so a coordinator restart still knows it.
+        """
+        instance_id = req.group_instance_id
+        assert instance_id is not None
+        old_leader = group.leader_id
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._rebalancer.schedule_heartbeat(member)
+        saved = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        future = _park_join(member, req)
+        if group.is_(_C):
+            # The leader may already be assigning to the old id: start over.
+            self._rebalancer.prepare_rebalance(group)
+        elif group.is_(_S):
+            if group.select_protocol() != group.protocol:
+                self._rebalancer.maybe_prepare_rebalance(group)
+                return future
+            assignments = {m.member_id: m.assignment for m in group.members.values()}
+            error = await self._manager.store_group(group, assignments)
+            if member.join_future is not future:  # a rebalance answered it meanwhile
+                return future
+            if error is not ErrorCode.none:
+                member.join_future = None
+                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
+                if group.members.get(new_id) is member:
+                    group.replace_static_member(instance_id, new_id, old_id)
+                    self._rebalancer.schedule_heartbeat(member)
+                result = JoinResult(error, NO_MEMBER_ID, group.generation_id, leader_id="")
+                return _done(result)
+            # The old leader id is returned on purpose: the restarted member must not think
+            # it leads and compute an assignment a Stable group would never distribute.
+            member.complete_join(
+                JoinResult(
+                    error=ErrorCode.none,
+                    member_id=new_id,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol or "",
+                    leader_id=old_leader or "",
+                )
+            )
+        return future
+
+    # -- SyncGroup
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        *,
+        assignments: Mapping[str, bytes] | None = None,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> SyncResult:
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is ErrorCode.coordinator_load_in_progress:
+            # The rebalance was lost with the old coordinator; rejoining starts a new one.
+            return SyncResult(ErrorCode.rebalance_in_progress)
+        if error is not None:
+            return SyncResult(error)
+        group = self._manager.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        if group.is_(_D):
+            return SyncResult(ErrorCode.coordinator_not_available)
+        error = _validate_member(group, member_id, group_instance_id)
+        if error is None and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        if error is None and (
+            (protocol_type is not None and protocol_type != group.protocol_type)
+            or (protocol_name is not None and protocol_name != group.protocol)
+        ):
+            error = ErrorCode.inconsistent_group_protocol
+        if error is not None:
+            return SyncResult(error)
+        if group.is_(_E):
+            return SyncResult(ErrorCode.unknown_member_id)
+        if group.is_(_P):
+            return SyncResult(ErrorCode.rebalance_in_progress)
+        member = group.get(member_id)
+        self._rebalancer.remove_pending_sync(group, member_id)
+        if group.is_(_S):
+            self._rebalancer.schedule_heartbeat(member)
+            return SyncResult(
+                ErrorCode.none, member.assignment, group.protocol_type, group.protocol
+            )
+        # CompletingRebalance: everyone waits for the leader's assignment to be durable.
+        if member.sync_future is None or member.sync_future.done():
+            member.sync_future = new_future()
+        future = member.sync_future
+        if group.is_leader(member_id):
+            given = assignments or {}
+            full = {mid: bytes(given.get(mid, b"")) for mid in group.members}
+            generation = group.generation_id
+            error = await self._manager.store_group(group, full)
+            if group.is_(_C) and group.generation_id == generation:
+                if error is not ErrorCode.none:
+                    self._rebalancer.reset_and_propagate_assignment_error(group, error)
+                    self._rebalancer.maybe_prepare_rebalance(group)
+                else:
+                    self._rebalancer.set_and_propagate_assignment(group, full)
+                    group.transition_to(_S, self._clock.now_ms())
+        return await future
+
+    # -- Heartbeat and LeaveGroup
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        *,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # the group is not known yet; keep the member calm
+        if error is not None:
+            return error
+        group = self._manager.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        if group.is_(_D):
+            return ErrorCode.coordinator_not_available
+        error = _validate_member(group, member_id, group_instance_id)
+        if error is None and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        if error is not None:
+            return error
+        if group.is_(_E):
+            return ErrorCode.unknown_member_id
+        self._rebalancer.schedule_heartbeat(group.get(member_id))
+        if group.is_(_P):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    async def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> LeaveResult:
+        """Remove members, given as (member id, group instance id) pairs (v3 batches)."""
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not None:
+            return LeaveResult(error)
+        group = self._manager.get(group_id)
+        if group is None:
+            return LeaveResult(
+                ErrorCode.none,
+                tuple(LeaveMemberResult(m, i, ErrorCode.unknown_member_id) for m, i in members),
+            )
+        if group.is_(_D):
+            return LeaveResult(ErrorCode.coordinator_not_available)
+        results = tuple(LeaveMemberResult(m, i, self._leave_one(group, m, i)) for m, i in members)
+        await self._rebalancer.flush()
+        return LeaveResult(ErrorCode.none, results)
+
+    def _leave_one(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        if member_id == NO_MEMBER_ID:
+            # Administrative removal of a static member by its instance id alone.
+            current = group.static_members.get(instance_id) if instance_id is not None else None
+            if current is None:
+                return ErrorCode.unknown_member_id
+            self._rebalancer.remove_member(group, group.get(current))
+            return ErrorCode.none
+        if member_id in group.pending_members:
+            self._rebalancer.remove_pending_member(group, member_id)
+            return ErrorCode.none
+        error = _validate_member(group, member_id, instance_id)
+        if error is not None:
+            return error
+        self._rebalancer.remove_member(group, group.get(member_id))
+        return ErrorCode.none
+
+    # -- offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+        *,
+        group_instance_id: str | None = None,
+        retention_ms: int | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Commit offsets for a group member, or for a simple consumer (generation -1)."""
+        error = self._status_error(group_id, allow_empty_id=True)
+        group = self._manager.get(group_id)
+        if error is None and group is None:
+            if generation_id < 0:  # not using group management: offsets storage only
+                group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
+            else:
+                error = ErrorCode.illegal_generation
+        if error is None and group is not None:
+            error = _validate_commit(group, member_id, group_instance_id, generation_id)
+            if error is None and group.is_(_C):
+                error = ErrorCode.rebalance_in_progress
+        if error is not None or group is None:
+            return dict.fromkeys(offsets, error or ErrorCode.unknown_server_error)
+        if group.is_(_S, _P):
+            self._rebalancer.schedule_heartbeat(group.get(member_id))
+        now = self._clock.now_ms()
+        expire = None if retention_ms is None else now + retention_ms
+        values = {
+            tp: OffsetAndMetadata(e.offset, e.leader_epoch, e.metadata or "", now, expire)
+            for tp, e in offsets.items()
+        }
+        return await self._manager.store_offsets(group, values)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> OffsetFetchResult:
+        """Committed offsets of the given partitions, or of all (None), in any group state."""
+        error = self._status_error(group_id, allow_empty_id=True)
+        if error is not None:
+            return OffsetFetchResult(error)
+        wanted = None if partitions is None else list(partitions)
+        return OffsetFetchResult(ErrorCode.none, self._manager.fetch_offsets(group_id, wanted))
+
+    # -- DescribeGroups and ListGroups
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        error = self._status_error(group_id, allow_empty_id=True)
+        if error is not None:
+            return GroupSummary(group_id, error, "", "", "")
+        group = self._manager.get(group_id)
+        if group is None:
+            return GroupSummary(group_id, ErrorCode.none, _D.value, "", "")
+        return group.summary()
+
+    def list_groups(self) -> tuple[ErrorCode, list[GroupOverview]]:
+        if self._closed:
+            return ErrorCode.coordinator_not_available, []
+        error = ErrorCode.none if self._manager.loaded else ErrorCode.coordinator_load_in_progress
+        return error, [
+            GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
+            for g in self._manager.groups.values()
+        ]
+
+
+class _Join:
+    """The fields of one JoinGroup request, as the join paths pass them around."""
+
+    __slots__ = (
+        "client_host",
+        "client_id",
+        "group_instance_id",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
+    )
+
+    def __init__(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Protocols,
+    ) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = protocols
+
+
+def _done(result: JoinResult) -> asyncio.Future[JoinResult]:
+    future: asyncio.Future[JoinResult] = new_future()
+    future.set_result(result)
+    return future
+
+
+def _park_join(member: MemberMetadata, req: _Join) -> asyncio.Future[JoinResult]:
+    """Record the member's new protocols and timeouts and park its JoinGroup.
+
+    A second JoinGroup while one is parked shares the parked future, so both get answered.
+    """
+    member.protocols = req.protocols
+    member.rebalance_timeout_ms = req.rebalance_timeout_ms
+    member.session_timeout_ms = req.session_timeout_ms
+    if member.join_future is None or member.join_future.done():
+        member.join_future = new_future()
+    return member.join_future
+
+
+def _validate_member(
+    group: GroupMetadata, member_id: str, instance_id: str | None
+) -> ErrorCode | None:
+    """A static member must present the member id its instance id currently maps to."""
+    if instance_id is not None:
+        current = group.static_members.get(instance_id)
+        if current is None:
+            return ErrorCode.unknown_member_id
+        if current != member_id:
+            return ErrorCode.fenced_instance_id
+        return None
+    return None if group.has(member_id) else ErrorCode.unknown_member_id
+
+
+def _validate_commit(
+    group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
+) -> ErrorCode | None:
+    if group.is_(_D):
+        return ErrorCode.coordinator_not_available
+    if generation_id < 0 and group.is_(_E):
+        return None  # admin tools and simple consumers may commit while nobody is a member
+    if generation_id >= 0 or member_id != NO_MEMBER_ID or instance_id is not None:
+        error = _validate_member(group, member_id, instance_id)
+        if error is None and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        return error
+    if not group.is_(_E):
+        return ErrorCode.unknown_member_id  # only members commit while the group is active
+    return None

@@ -1,0 +1,78 @@
+"""Shared fixtures: a real broker process per test (`broker`) or per module (`shared_broker`).
+
+A test that needs broker settings of its own marks itself
+`@pytest.mark.broker_overrides({"num.partitions": "3"})`, or uses `broker_factory`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.broker import BrokerProcess
+
+# librdkafka's log callbacks (via tests.helpers.clients.QUIET_LOGGER) stay silent; this keeps
+# the other clients' connection chatter out of test output too.
+for _name in ("kafka", "aiokafka"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "broker_overrides(dict): Kafka config keys for the `broker` fixture"
+    )
+
+
+def _finish(b: BrokerProcess) -> None:
+    """Stop a broker at teardown; a broker that fails to shut down cleanly fails the test."""
+    try:
+        if b.running:
+            code = b.stop()
+            assert code == 0, f"broker exited with {code} on SIGTERM; its log:\n{b.log_tail()}"
+    finally:
+        b.kill()
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    marker = request.node.get_closest_marker("broker_overrides")
+    overrides = dict(marker.args[0]) if marker else {}
+    b = BrokerProcess(tmp_path / "data", overrides)
+    b.start()
+    try:
+        yield b
+    finally:
+        _finish(b)
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
+    b.start()
+    try:
+        yield b
+    finally:
+        _finish(b)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start brokers with given overrides; all are stopped at teardown."""
+    made: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, str] | None = None, name: str = "data") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / f"{name}{len(made)}", overrides)
+        made.append(b)
+        return b.start()
+
+    yield make
+    errors = []
+    for b in made:
+        try:
+            _finish(b)
+        except AssertionError as exc:
+            errors.append(str(exc))
+    assert not errors, "\n".join(errors)

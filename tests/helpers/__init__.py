@@ -1,0 +1,1 @@
+"""Utilities for the integration and chaos tests: a broker subprocess and client helpers."""
