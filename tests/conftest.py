@@ -24,6 +24,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "broker_overrides(dict): Kafka config keys for the `broker` fixture"
     )
+    # kafka-python 3.x loads its schemas with a deprecated importlib.resources call.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:(open_text|read_text) is deprecated:DeprecationWarning"
+    )
 
 
 def _finish(b: BrokerProcess) -> None:

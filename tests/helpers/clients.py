@@ -33,6 +33,7 @@ __all__ = [
     "consume_until",
     "consumer",
     "create_topic",
+    "drain",
     "produce_and_confirm",
     "producer",
     "summarise",
@@ -181,6 +182,22 @@ def consume_until(
                 continue
             raise AssertionError(f"consumer error while waiting for {what}: {err}")
         got.append(msg)
+    return got
+
+
+def drain(c: Consumer, seconds: float) -> list[Message]:
+    """Every record that arrives within `seconds` (to check that nothing more comes)."""
+    got: list[Message] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        msg = c.poll(0.1)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None and err.code() != KafkaError._PARTITION_EOF:
+            raise AssertionError(f"consumer error: {err}")
+        if err is None:
+            got.append(msg)
     return got
 
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from onceflow.clock import ManualClock
+from onceflow.config import BrokerConfig
 from onceflow.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
@@ -57,6 +58,7 @@ class Harness:
         protocols: tuple[tuple[str, bytes], ...] = (("range", subscription("t")),),
         require_known: bool = False,
         session: int = SESSION,
+        rebalance: int = REBALANCE,
     ) -> asyncio.Task[JoinResult]:
         return asyncio.create_task(
             self.coord.join_group(
@@ -65,7 +67,7 @@ class Harness:
                 protocol_type="consumer",
                 protocols=protocols,
                 session_timeout_ms=session,
-                rebalance_timeout_ms=REBALANCE,
+                rebalance_timeout_ms=rebalance,
                 group_instance_id=instance,
                 require_known_member_id=require_known,
                 client_id="client",
@@ -117,6 +119,7 @@ async def join_together(h: Harness, *tasks: asyncio.Task[JoinResult]) -> list[Jo
     Each wait that saw a newcomer is followed by one more, hence two delays.
     """
     delay = h.config.group_initial_rebalance_delay_ms
+    await settle()
     await h.tick(delay)
     await h.tick(delay)
     results = [await done(t) for t in tasks]
@@ -451,7 +454,8 @@ def test_static_member_is_kept_through_rebalance_and_removable_by_instance_id() 
     async def scenario() -> None:
         h = Harness()
         await h.start()
-        static = await done(h.join(instance="host-1"))
+        # A long session: the process is down for longer than the rebalance timeout.
+        static = await done(h.join(instance="host-1", session=4 * REBALANCE))
         await done(h.sync(static.member_id, 1, {static.member_id: b"s"}))
         dynamic = h.join()
         await settle()
@@ -489,7 +493,10 @@ def test_member_that_never_syncs_is_removed() -> None:
         await h.start()
         ja, jb = await join_together(h, h.join(), h.join())
         await done(h.sync(ja.member_id, 1, {ja.member_id: b"A", jb.member_id: b"B"}))
-        await h.tick(REBALANCE)  # b never sends SyncGroup
+        for _ in range(REBALANCE // (SESSION // 2)):  # both heartbeat, b never syncs
+            await h.tick(SESSION // 2)
+            for m in (ja, jb):
+                h.coord.heartbeat("g", m.member_id, 1)
         group = h.coord.group("g")
         assert group is not None and jb.member_id not in group.members
         assert h.state() is GroupState.PREPARING_REBALANCE
@@ -539,3 +546,99 @@ def test_describe_and_list_groups() -> None:
         ]
 
     run(scenario)
+
+
+def test_cancelled_join_request_does_not_break_the_rebalance() -> None:
+    async def scenario() -> None:
+        h = Harness(delay=100)
+        await h.start()
+        gone = h.join()
+        stays = h.join()
+        await settle()
+        gone.cancel()  # its client disconnected while parked
+        await settle()
+        await h.tick(100)
+        await h.tick(100)
+        joined = await done(stays)
+        # The cancelled member still counted as joined: Kafka keeps it for this generation.
+        assert joined.generation_id == 1 and joined.error is ErrorCode.none
+        group = h.coord.group("g")
+        assert group is not None and len(group.members) == 2
+
+    run(scenario)
+
+
+def test_duplicate_join_requests_share_one_answer() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        await h.start()
+        first = await form_single_member_group(h)
+        other = h.join()
+        await settle()
+        again_1 = h.join(first.member_id)
+        again_2 = h.join(first.member_id)
+        r1, r2, r3 = await done(again_1), await done(again_2), await done(other)
+        assert r1 == r2 and r1.generation_id == r3.generation_id == 2
+
+    run(scenario)
+
+
+def test_new_member_join_times_out_after_five_minutes() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        await h.start()
+        ten_minutes = 600_000
+        first = await done(h.join(rebalance=ten_minutes))
+        await done(h.sync(first.member_id, 1, {first.member_id: b""}))
+        newcomer = h.join(rebalance=ten_minutes)
+        await settle()
+        # The old member heartbeats but never rejoins, so the rebalance waits ten minutes;
+        # the newcomer, which cannot heartbeat yet, is given up after five.
+        for _ in range(5 * 60 // 5):
+            await h.tick(5_000)
+            h.coord.heartbeat("g", first.member_id, 1)
+        result = await done(newcomer)
+        assert result.error is ErrorCode.unknown_member_id
+        assert result.member_id == ""
+        group = h.coord.group("g")
+        assert group is not None and list(group.members) == [first.member_id]
+
+    run(scenario)
+
+
+def test_group_max_size() -> None:
+    async def scenario() -> None:
+        h = Harness(group_max_size=1)
+        await h.start()
+        await form_single_member_group(h)
+        refused = await done(h.join())
+        assert refused.error is ErrorCode.group_max_size_reached
+        assert refused.member_id == ""
+
+    run(scenario)
+
+
+def test_static_replacement_reverts_when_the_write_fails() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        await h.start()
+        joined = await done(h.join(instance="host-1"))
+        await done(h.sync(joined.member_id, 1, {joined.member_id: b"mine"}))
+        h.log.fail_with = OSError("disk gone")
+        again = await done(h.join(instance="host-1"))
+        assert again.error is ErrorCode.not_coordinator
+        group = h.coord.group("g")
+        assert group is not None and group.static_members == {"host-1": joined.member_id}
+        h.log.fail_with = None
+        assert h.coord.heartbeat("g", joined.member_id, 1, group_instance_id="host-1") is (
+            ErrorCode.none
+        )
+
+    run(scenario)
+
+
+def test_config_from_broker_config() -> None:
+    config = GroupCoordinatorConfig.from_broker_config(BrokerConfig())
+    assert config.offsets_topic_num_partitions == 50
+    assert config.offsets_retention_ms == 7 * 24 * 3600 * 1000
+    assert config.group_initial_rebalance_delay_ms == 3000

@@ -124,6 +124,7 @@ class Broker:
         self._timers.append(asyncio.get_running_loop().create_task(loop()))
 
     async def stop(self) -> None:
+        self.group_coordinator.close()  # parked joins and syncs answer NOT_COORDINATOR
         for task in self._timers:
             task.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)

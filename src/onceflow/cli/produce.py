@@ -161,20 +161,27 @@ def run_produce(args: argparse.Namespace) -> int:
     separator: bytes | None = args.key_separator.encode() if args.key_separator else None
     deliveries = _Deliveries()
     lines = 0
-    for lines, line in enumerate(_input_lines(sys.stdin), start=1):
-        key: bytes | None = None
-        value = line
-        if separator is not None:
-            key, found, value = line.partition(separator)
-            if not found:
-                deliveries.failed += 1
-                print(
-                    f"onceflow: error: line {lines} has no key separator {args.key_separator!r}",
-                    file=sys.stderr,
-                )
-                continue
-        _produce(producer, args, key, value, lines, deliveries)
+    interrupted = False
+    try:
+        for lines, line in enumerate(_input_lines(sys.stdin), start=1):
+            key: bytes | None = None
+            value = line
+            if separator is not None:
+                key, found, value = line.partition(separator)
+                if not found:
+                    deliveries.failed += 1
+                    print(
+                        f"onceflow: error: line {lines} has no key separator "
+                        f"{args.key_separator!r}",
+                        file=sys.stderr,
+                    )
+                    continue
+            _produce(producer, args, key, value, lines, deliveries)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the input, not the lines already read: they are still delivered
+        # (a second Ctrl-C during the flush abandons them).
+        interrupted = True
     producer.flush()
     if deliveries.failed:
         raise CliError(f"{deliveries.failed} of {lines} lines were not delivered")
-    return 0
+    return 130 if interrupted else 0

@@ -13,13 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-
-# confluent-kafka re-exports these without an __all__, which strict mypy does not follow.
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
     AdminClient,
     ConfigResource,
     NewTopic,
 )
+from confluent_kafka.cimpl import CONFIG_SOURCE_DEFAULT_CONFIG
 
 from onceflow.cli.common import (
     CliError,
@@ -195,7 +194,9 @@ def _render_configs(entries: Iterable[Any], show_all: bool) -> str:
     """`key=value,...`: only overrides unless `show_all`; secrets are never printed."""
     shown = []
     for entry in entries:
-        if not show_all and (entry.is_default or entry.source.name == "DEFAULT_CONFIG"):
+        # librdkafka hands the source over as a plain int; the Python class as an enum.
+        source = getattr(entry.source, "value", entry.source)
+        if not show_all and (entry.is_default or source == CONFIG_SOURCE_DEFAULT_CONFIG):
             continue
         value = "(sensitive)" if entry.is_sensitive else entry.value
         shown.append(f"{entry.name}={'' if value is None else value}")

@@ -177,6 +177,11 @@ class PartitionLog:
         """Start a new active segment at the log end offset."""
         if self.active.size == 0:
             return self.active
+        # The old segment's bytes must be durable before the new segment's name can be:
+        # otherwise a crash may keep the new (empty) segment and tear the old one at a
+        # batch boundary, leaving a hole in the offsets that recovery cannot see. The
+        # group commit has usually synced it already; this only covers the last appends.
+        self.active.fsync()
         segment = LogSegment(
             self.fs, self.directory, self.log_end_offset, self.config.index_interval_bytes
         )
@@ -324,7 +329,10 @@ class PartitionLog:
         self.log_end_offset = self.active.next_offset
         self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self._hw_segment, self._hw_position = self.active, self.active.size
+        # The cached position must be the high watermark's, which may sit below the new
+        # log end; pointing it at the end let reads bounded by the HW return more.
+        self._hw_segment = self.segments[self.segment_for(self.high_watermark)]
+        self._hw_position = self._hw_segment.position_of(self.high_watermark)
         self._dirty = [self.active]
 
     def close(self) -> None:

@@ -11,7 +11,10 @@ import os
 from dataclasses import dataclass
 
 from onceflow.records.batch import (
+    CURRENT_MAGIC,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
     BatchHeader,
     parse_header,
     scan_batches,
@@ -126,34 +129,68 @@ class LogSegment:
     # ---- recovery --------------------------------------------------------------------
 
     def load_indexes(self) -> bool:
-        """Trust the index files after a clean shutdown, if they are sane."""
+        """Trust the index files after a clean shutdown, if they are sane.
+
+        Sane means: well-formed files, the last offset-index entry names a real batch, the
+        batches after it tile the file exactly, and the last time-index entry names a batch
+        with that max timestamp. Anything else returns False and the caller rebuilds.
+        """
         if not self.offset_index.load(max(self.size, 1)):
             return False
-        last = self._last_batch()
-        self.next_offset = self.base_offset if last is None else last.header.next_offset
+        start = self.offset_index.positions[-1] if self.offset_index.positions else 0
+        tail = self._walk(start)
+        if tail is None:
+            return False
+        if self.offset_index.offsets and (
+            not tail or tail[0].last_offset != self.offset_index.offsets[-1]
+        ):
+            return False  # the entry does not point at the batch whose last offset it names
+        self.next_offset = tail[-1].next_offset if tail else self.base_offset
         if not self.time_index.load(self.next_offset):
             return False
-        if self.time_index.timestamps:
-            self.max_timestamp = self.time_index.timestamps[-1]
-            self.offset_of_max_timestamp = self.time_index.offsets[-1]
-        if last is not None and last.header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = last.header.max_timestamp
-            self.offset_of_max_timestamp = last.header.last_offset
+        # The max timestamp: the last time-index entry covers everything up to its index
+        # point, so walk from the batch holding that entry's offset to the end. Taking only
+        # the last batch (as before) forgot a larger timestamp between the last index entry
+        # and the end, which made offset_for_timestamp and time retention wrong after a
+        # clean restart.
+        if self.time_index.offsets:
+            entry_ts, entry_offset = self.time_index.timestamps[-1], self.time_index.offsets[-1]
+            walked = self._walk(self.offset_index.lookup(entry_offset)[1])
+            if walked is None:
+                return False
+            holder = next((h for h in walked if h.last_offset >= entry_offset), None)
+            if holder is None or holder.base_offset > entry_offset:
+                return False
+            if holder.max_timestamp != entry_ts:
+                return False  # the entry names a timestamp that batch does not have
+            self.max_timestamp, self.offset_of_max_timestamp = entry_ts, entry_offset
+        else:
+            walked = self._walk(0)
+            if walked is None:
+                return False
+        for header in walked:
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
         if self.size:
             self.first_batch_timestamp = parse_header(self.log.pread(HEADER_SIZE, 0)).max_timestamp
-        self._bytes_since_index = self.size - (
-            self.offset_index.positions[-1] if self.offset_index.positions else 0
-        )
+        self._bytes_since_index = self.size - start
         return True
 
-    def _last_batch(self) -> BatchLocation | None:
-        _, pos = self.offset_index.lookup(1 << 62)
-        last: BatchLocation | None = None
+    def _walk(self, start: int) -> list[BatchHeader] | None:
+        """Headers of the batches from `start` to the end, or None if they do not tile it."""
+        out: list[BatchHeader] = []
+        pos = start
         while pos < self.size:
-            header = parse_header(self.log.pread(HEADER_SIZE, pos))
-            last = BatchLocation(pos, header)
+            raw = self.log.pread(HEADER_SIZE, pos)
+            if len(raw) < HEADER_SIZE or raw[MAGIC_OFFSET] != CURRENT_MAGIC:
+                return None
+            header = parse_header(raw)
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > self.size:
+                return None
+            out.append(header)
             pos += header.size
-        return last
+        return out
 
     def recover(self) -> tuple[list[BatchLocation], int]:
         """Validate every batch, truncate a torn or corrupt tail, rebuild both indexes.

@@ -41,12 +41,16 @@ CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 SEQUENCE_MODULUS = 1 << 31
 
 
+# Control characters would break the one-line-per-record layout or garble a terminal.
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
 def show_bytes(data: bytes | None) -> str:
-    """Bytes as text on one line: UTF-8, with undecodable bytes and line breaks escaped."""
+    """Bytes as text on one line: UTF-8, with undecodable bytes and control chars escaped."""
     if data is None:
         return "null"
-    text = data.decode("utf-8", "backslashreplace")
-    return text.replace("\n", "\\n").replace("\r", "\\r")
+    return data.decode("utf-8", "backslashreplace").translate(_ESCAPES)
 
 
 def format_key_payload(record: Record) -> str:

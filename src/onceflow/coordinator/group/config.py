@@ -17,7 +17,7 @@ class GroupCoordinatorConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
     group_max_size: int = 2**31 - 1
-    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_ms: int = 7 * 24 * 60 * 60_000  # offsets.retention.minutes, in ms
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4_096
 
@@ -26,10 +26,6 @@ class GroupCoordinatorConfig:
             raise ValueError("offsets.topic.num.partitions must be positive")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
-
-    @property
-    def offsets_retention_ms(self) -> int:
-        return self.offsets_retention_minutes * 60_000
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
@@ -44,7 +40,7 @@ class GroupCoordinatorConfig:
             group_min_session_timeout_ms=config.group_min_session_timeout_ms,
             group_max_session_timeout_ms=config.group_max_session_timeout_ms,
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            offsets_retention_minutes=config.offsets_retention_minutes,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             group_max_size=getattr(config, "group_max_size", defaults.group_max_size),
             offsets_retention_check_interval_ms=getattr(
                 config,

@@ -10,14 +10,16 @@ answers at once. The broker calls `await load()` at startup and `await poll()` p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.join import Joiner, JoinRequest
 from onceflow.coordinator.group.log import OffsetsLog
 from onceflow.coordinator.group.manager import GroupMetadataManager
-from onceflow.coordinator.group.metadata import GroupMetadata, MemberMetadata, Protocols
+from onceflow.coordinator.group.metadata import GroupMetadata
 from onceflow.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group.rebalance import Rebalancer, new_future
 from onceflow.coordinator.group.results import (
@@ -48,13 +50,35 @@ class GroupCoordinator:
         clock: Clock,
         config: GroupCoordinatorConfig | None = None,
         *,
+        offsets_partitions: int | None = None,
+        min_session_timeout_ms: int | None = None,
+        max_session_timeout_ms: int | None = None,
+        initial_rebalance_delay_ms: int | None = None,
+        offsets_retention_ms: int | None = None,
         new_uuid: Callable[[], str] | None = None,
     ) -> None:
-        self.config = config or GroupCoordinatorConfig()
+        """Settings come from `config` (default: Kafka's), each keyword overriding one."""
+        overrides = {
+            "offsets_topic_num_partitions": offsets_partitions,
+            "group_min_session_timeout_ms": min_session_timeout_ms,
+            "group_max_session_timeout_ms": max_session_timeout_ms,
+            "group_initial_rebalance_delay_ms": initial_rebalance_delay_ms,
+            "offsets_retention_ms": offsets_retention_ms,
+        }
+        self.config = dataclasses.replace(
+            config or GroupCoordinatorConfig(),
+            **{name: value for name, value in overrides.items() if value is not None},
+        )
         self._clock = clock
         self._manager = GroupMetadataManager(log, clock, self.config)
         self._rebalancer = Rebalancer(clock, self.config, self._manager)
-        self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        self._joiner = Joiner(
+            clock,
+            self.config,
+            self._manager,
+            self._rebalancer,
+            new_uuid or (lambda: str(uuid.uuid4())),
+        )
         self._closed = False
         self._next_retention_check_ms = 0
 
@@ -126,6 +150,11 @@ class GroupCoordinator:
         client_id: str = "",
         client_host: str = "",
     ) -> JoinResult:
+        """Join (or rejoin) a group; returns when the rebalance this starts is complete.
+
+        `require_known_member_id` is for JoinGroup v4+ dynamic members: the first join only
+        hands out a member id (MEMBER_ID_REQUIRED) and the client joins again with it.
+        """
         error = self._status_error(group_id, allow_empty_id=False)
         if error is None and not (
             self.config.group_min_session_timeout_ms
@@ -135,188 +164,22 @@ class GroupCoordinator:
             error = ErrorCode.invalid_session_timeout
         if error is not None:
             return JoinResult.failed(member_id, error)
-        request = _Join(
-            member_id,
-            group_instance_id,
-            client_id,
-            client_host,
-            rebalance_timeout_ms,
-            session_timeout_ms,
-            protocol_type,
-            tuple((name, bytes(data)) for name, data in protocols),
+        request = JoinRequest(
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            client_id=client_id,
+            client_host=client_host,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=tuple((name, bytes(data)) for name, data in protocols),
+            require_known_member_id=require_known_member_id,
         )
-        is_new = member_id == NO_MEMBER_ID
-        group = self._manager.get(group_id)
-        if group is None:
-            if not is_new:
-                return JoinResult.failed(member_id, ErrorCode.unknown_member_id)
-            group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
-        if not self._accepts(group, member_id):
-            member = group.members.get(member_id)
-            if member is not None:
-                self._rebalancer.remove_member(group, member)
-            await self._rebalancer.flush()
-            return JoinResult.failed(NO_MEMBER_ID, ErrorCode.group_max_size_reached)
-        if is_new:
-            future = await self._join_new_member(group, request, require_known_member_id)
-        else:
-            future = self._join_known_member(group, request)
-        self._rebalancer.maybe_complete_join(group)
+        future = await self._joiner.join(group_id, request)
         await self._rebalancer.flush()
-        return await future
-
-    def _accepts(self, group: GroupMetadata, member_id: str) -> bool:
-        """group.max.size: members already in the rebalance always get back in."""
-        limit = self.config.group_max_size
-        member = group.members.get(member_id)
-        if group.is_(_E, _D):
-            return True
-        if group.is_(_P):
-            return (member is not None and member.is_awaiting_join) or (
-                group.num_awaiting_join() < limit
-            )
-        return member is not None or len(group.members) < limit
-
-    async def _join_new_member(
-        self, group: GroupMetadata, req: _Join, require_known_member_id: bool
-    ) -> asyncio.Future[JoinResult]:
-        if group.is_(_D):
-            return _done(JoinResult.failed(NO_MEMBER_ID, ErrorCode.coordinator_not_available))
-        if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
-            return _done(JoinResult.failed(NO_MEMBER_ID, ErrorCode.inconsistent_group_protocol))
-        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
-        new_id = f"{prefix}-{self._new_uuid()}"
-        if req.group_instance_id is not None:
-            old_id = group.static_members.get(req.group_instance_id)
-            if old_id is not None:
-                return await self._replace_static_member(group, req, old_id, new_id)
-        elif require_known_member_id:
-            # JoinGroup v4+: hand out the id first, so a client that times out and retries
-            # comes back as the same member instead of leaving a ghost behind.
-            deadline = self._clock.monotonic_ms() + req.session_timeout_ms
-            group.pending_members[new_id] = deadline
-            return _done(JoinResult.failed(new_id, ErrorCode.member_id_required))
-        return self._add_member(group, req, new_id)
-
-    def _join_known_member(self, group: GroupMetadata, req: _Join) -> asyncio.Future[JoinResult]:
-        member_id = req.member_id
-        if group.is_(_D):
-            return _done(JoinResult.failed(member_id, ErrorCode.coordinator_not_available))
-        if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
-            return _done(JoinResult.failed(member_id, ErrorCode.inconsistent_group_protocol))
-        if member_id in group.pending_members:
-            if req.group_instance_id is not None:  # pending ids are only handed to dynamic ones
-                return _done(JoinResult.failed(member_id, ErrorCode.unknown_server_error))
-            return self._add_member(group, req, member_id)
-        error = _validate_member(group, member_id, req.group_instance_id)
-        if error is not None:
-            return _done(JoinResult.failed(member_id, error))
-        member = group.get(member_id)
-        if group.is_(_P):
-            return self._update_member(group, member, req)
-        if group.is_(_C):
-            if member.matches(req.protocols):  # a retry after a lost response
-                return _done(self._current_generation(group, member_id, with_members=True))
-            return self._update_member(group, member, req)
-        if group.is_(_S):
-            # The leader rejoining forces a rebalance: that is how it reacts to metadata
-            # changes (new partitions) that do not change any member's subscription.
-            if group.is_leader(member_id) or not member.matches(req.protocols):
-                return self._update_member(group, member, req)
-            return _done(self._current_generation(group, member_id, with_members=False))
-        return _done(JoinResult.failed(member_id, ErrorCode.unknown_member_id))
-
-    def _current_generation(
-        self, group: GroupMetadata, member_id: str, *, with_members: bool
-    ) -> JoinResult:
-        leader = group.is_leader(member_id)
-        return JoinResult(
-            error=ErrorCode.none,
-            member_id=member_id,
-            generation_id=group.generation_id,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol or "",
-            leader_id=group.leader_id or "",
-            members=group.current_member_metadata() if with_members and leader else (),
-        )
-
-    def _add_member(
-        self, group: GroupMetadata, req: _Join, member_id: str
-    ) -> asyncio.Future[JoinResult]:
-        member = MemberMetadata(
-            member_id=member_id,
-            group_instance_id=req.group_instance_id,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            rebalance_timeout_ms=req.rebalance_timeout_ms,
-            session_timeout_ms=req.session_timeout_ms,
-            protocol_type=req.protocol_type,
-            protocols=req.protocols,
-            is_new=True,
-        )
-        future: asyncio.Future[JoinResult] = new_future()
-        member.join_future = future
-        if group.is_(_P) and group.generation_id == 0:
-            group.new_member_added = True  # lets the initial delay wait once more
-        group.add(member)
-        self._rebalancer.schedule_new_member_expiry(member)
-        self._rebalancer.maybe_prepare_rebalance(group)
-        return future
-
-    def _update_member(
-        self, group: GroupMetadata, member: MemberMetadata, req: _Join
-    ) -> asyncio.Future[JoinResult]:
-        future = _park_join(member, req)
-        self._rebalancer.maybe_prepare_rebalance(group)
-        return future
-
-    async def _replace_static_member(
-        self, group: GroupMetadata, req: _Join, old_id: str, new_id: str
-    ) -> asyncio.Future[JoinResult]:
-        """A static member restarted: it takes over its old identity under a new member id.
-
-        In a Stable group this avoids a rebalance when the protocol choice cannot change;
-        the new id is persisted first, so a coordinator restart still knows it.
-        """
-        instance_id = req.group_instance_id
-        assert instance_id is not None
-        old_leader = group.leader_id
-        member = group.replace_static_member(instance_id, old_id, new_id)
-        self._rebalancer.schedule_heartbeat(member)
-        saved = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        future = _park_join(member, req)
-        if group.is_(_C):
-            # The leader may already be assigning to the old id: start over.
-            self._rebalancer.prepare_rebalance(group)
-        elif group.is_(_S):
-            if group.select_protocol() != group.protocol:
-                self._rebalancer.maybe_prepare_rebalance(group)
-                return future
-            assignments = {m.member_id: m.assignment for m in group.members.values()}
-            error = await self._manager.store_group(group, assignments)
-            if member.join_future is not future:  # a rebalance answered it meanwhile
-                return future
-            if error is not ErrorCode.none:
-                member.join_future = None
-                member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
-                if group.members.get(new_id) is member:
-                    group.replace_static_member(instance_id, new_id, old_id)
-                    self._rebalancer.schedule_heartbeat(member)
-                result = JoinResult(error, NO_MEMBER_ID, group.generation_id, leader_id="")
-                return _done(result)
-            # The old leader id is returned on purpose: the restarted member must not think
-            # it leads and compute an assignment a Stable group would never distribute.
-            member.complete_join(
-                JoinResult(
-                    error=ErrorCode.none,
-                    member_id=new_id,
-                    generation_id=group.generation_id,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol or "",
-                    leader_id=old_leader or "",
-                )
-            )
-        return future
+        # Shielded: a cancelled request (its client went away) must not cancel a future
+        # that another request for the same member may share.
+        return await asyncio.shield(future)
 
     # -- SyncGroup
 
@@ -342,7 +205,7 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.unknown_member_id)
         if group.is_(_D):
             return SyncResult(ErrorCode.coordinator_not_available)
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
         if error is None and (
@@ -379,7 +242,7 @@ class GroupCoordinator:
                 else:
                     self._rebalancer.set_and_propagate_assignment(group, full)
                     group.transition_to(_S, self._clock.now_ms())
-        return await future
+        return await asyncio.shield(future)
 
     # -- Heartbeat and LeaveGroup
 
@@ -401,7 +264,7 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         if group.is_(_D):
             return ErrorCode.coordinator_not_available
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
         if error is not None:
@@ -445,7 +308,7 @@ class GroupCoordinator:
         if member_id in group.pending_members:
             self._rebalancer.remove_pending_member(group, member_id)
             return ErrorCode.none
-        error = _validate_member(group, member_id, instance_id)
+        error = group.validate_member(member_id, instance_id)
         if error is not None:
             return error
         self._rebalancer.remove_member(group, group.get(member_id))
@@ -518,74 +381,6 @@ class GroupCoordinator:
         ]
 
 
-class _Join:
-    """The fields of one JoinGroup request, as the join paths pass them around."""
-
-    __slots__ = (
-        "client_host",
-        "client_id",
-        "group_instance_id",
-        "member_id",
-        "protocol_type",
-        "protocols",
-        "rebalance_timeout_ms",
-        "session_timeout_ms",
-    )
-
-    def __init__(
-        self,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        rebalance_timeout_ms: int,
-        session_timeout_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
-    ) -> None:
-        self.member_id = member_id
-        self.group_instance_id = group_instance_id
-        self.client_id = client_id
-        self.client_host = client_host
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.session_timeout_ms = session_timeout_ms
-        self.protocol_type = protocol_type
-        self.protocols = protocols
-
-
-def _done(result: JoinResult) -> asyncio.Future[JoinResult]:
-    future: asyncio.Future[JoinResult] = new_future()
-    future.set_result(result)
-    return future
-
-
-def _park_join(member: MemberMetadata, req: _Join) -> asyncio.Future[JoinResult]:
-    """Record the member's new protocols and timeouts and park its JoinGroup.
-
-    A second JoinGroup while one is parked shares the parked future, so both get answered.
-    """
-    member.protocols = req.protocols
-    member.rebalance_timeout_ms = req.rebalance_timeout_ms
-    member.session_timeout_ms = req.session_timeout_ms
-    if member.join_future is None or member.join_future.done():
-        member.join_future = new_future()
-    return member.join_future
-
-
-def _validate_member(
-    group: GroupMetadata, member_id: str, instance_id: str | None
-) -> ErrorCode | None:
-    """A static member must present the member id its instance id currently maps to."""
-    if instance_id is not None:
-        current = group.static_members.get(instance_id)
-        if current is None:
-            return ErrorCode.unknown_member_id
-        if current != member_id:
-            return ErrorCode.fenced_instance_id
-        return None
-    return None if group.has(member_id) else ErrorCode.unknown_member_id
-
-
 def _validate_commit(
     group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
 ) -> ErrorCode | None:
@@ -594,7 +389,7 @@ def _validate_commit(
     if generation_id < 0 and group.is_(_E):
         return None  # admin tools and simple consumers may commit while nobody is a member
     if generation_id >= 0 or member_id != NO_MEMBER_ID or instance_id is not None:
-        error = _validate_member(group, member_id, instance_id)
+        error = group.validate_member(member_id, instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
         return error

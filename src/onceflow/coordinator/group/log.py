@@ -7,7 +7,7 @@ broker imports, and makes append failures easy to inject.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from onceflow.records.builder import build_batch
@@ -18,10 +18,11 @@ KeyValue = tuple[bytes, bytes | None]
 
 
 class OffsetsLog(Protocol):
-    async def append(self, partition: int, batch: bytes) -> None:
-        """Append one record batch to __consumer_offsets-<partition>.
+    def append(self, partition: int, batch: bytes) -> Awaitable[object]:
+        """Append one record batch to __consumer_offsets-<partition> (an async def will do).
 
-        Returns once the batch is durable; raises on failure (nothing was appended).
+        The awaitable finishes once the batch is durable, and raises on failure (nothing was
+        appended). Appends must be applied in the order they were called.
         """
         ...
 

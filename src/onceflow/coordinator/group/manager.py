@@ -155,11 +155,12 @@ class GroupMetadataManager:
         self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> dict[TopicPartition, ErrorCode]:
         """Write the commits that fit; each partition's code says how it went."""
+        # offset.metadata.max.bytes counts Java chars (UTF-16 code units), as Kafka does.
         limit = self._config.offset_metadata_max_bytes
         errors = {
             tp: ErrorCode.offset_metadata_too_large
             for tp, value in offsets.items()
-            if len(value.metadata.encode("utf-8")) > limit
+            if len(value.metadata.encode("utf-16-le")) // 2 > limit
         }
         accepted = {tp: value for tp, value in offsets.items() if tp not in errors}
         if not accepted:

@@ -153,6 +153,19 @@ class GroupMetadata:
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
 
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """None if the request comes from a current member, else the error it gets.
+
+        A static member must present the member id its instance id maps to now; an older
+        incarnation of the same instance is fenced.
+        """
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            return None if current == member_id else ErrorCode.fenced_instance_id
+        return None if member_id in self.members else ErrorCode.unknown_member_id
+
     def add(self, member: MemberMetadata) -> None:
         invariant(member.member_id not in self.members, f"member {member.member_id} exists")
         if member.group_instance_id is not None:

@@ -1,0 +1,1 @@
+"""Benchmarks: not tests. They print figures and write benchmarks/results/latest.json."""

@@ -1,0 +1,294 @@
+"""Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups and ListGroups.
+
+Each handler serves every advertised version of its API: it reads the fields the request's
+version has (older versions simply lack some, e.g. group_instance_id before v5), asks the
+group coordinator, and builds the response with ctx.response(), which drops what the
+version does not carry. Version-specific behaviour is spelled out where Kafka has it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from typing import Any
+
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.coordinator.group import GroupCoordinator, OffsetCommitEntry, TopicPartition
+from onceflow.coordinator.group.results import FetchedOffset
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+
+NO_THROTTLE = datetime.timedelta(0)
+_ONE_MS = datetime.timedelta(milliseconds=1)
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
+# DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else READ, DELETE and
+# DESCRIBE (AclOperation codes 3, 6 and 8): without ACLs everyone may do all three.
+OPERATIONS_NOT_REQUESTED = -(2**31)
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    coordinator: GroupCoordinator = ctx.broker.group_coordinator
+    return coordinator
+
+
+def _ms(delta: datetime.timedelta) -> int:
+    return int(delta // _ONE_MS)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    """The client's address as Kafka shows it ("/127.0.0.1"), when the server supplies it."""
+    host = getattr(ctx, "client_host", None)
+    return host if isinstance(host, str) else ""
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    # One broker coordinates every group and every transactional id.
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return ctx.response(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.invalid_request,
+            error_message=f"unknown coordinator key type {key_type}",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    broker = ctx.broker
+    return ctx.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        node_id=broker.node_id,
+        host=broker.advertised_host,
+        port=broker.advertised_port,
+    )
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    session = _ms(request.session_timeout)
+    # v0 has no rebalance timeout: the session timeout bounds the rebalance too.
+    rebalance = _ms(request.rebalance_timeout) if version >= 1 else session
+    instance_id = getattr(request, "group_instance_id", None)
+    result = await _coordinator(ctx).join_group(
+        request.group_id,
+        request.member_id,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        group_instance_id=instance_id,
+        # v4+ clients understand MEMBER_ID_REQUIRED; static members never need it.
+        require_known_member_id=version >= 4 and instance_id is None,
+        client_id=ctx.header.client_id or "",
+        client_host=_client_host(ctx),
+    )
+    members = tuple(
+        ctx.entity(
+            "JoinGroupResponseMember",
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
+        for m in result.members
+    )
+    return ctx.response(
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_name=result.protocol_name,
+        leader=result.leader_id,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    result = await _coordinator(ctx).sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        assignments={a.member_id: a.assignment for a in request.assignments},
+        group_instance_id=getattr(request, "group_instance_id", None),
+    )
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=result.error, assignment=result.assignment
+    )
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    error = _coordinator(ctx).heartbeat(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version < 3:
+        result = await _coordinator(ctx).leave_group(request.group_id, [(request.member_id, None)])
+        # One member, one code: the group's error, else the member's.
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=result.first_error)
+    identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    result = await _coordinator(ctx).leave_group(request.group_id, identities)
+    members = tuple(
+        ctx.entity(
+            "MemberResponse",
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            error_code=m.error,
+        )
+        for m in result.members
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error, members=members)
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    errors: dict[TopicPartition, ErrorCode] = {}
+    entries: dict[TopicPartition, OffsetCommitEntry] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if not ctx.broker.has_partition(tp.topic, tp.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            entries[tp] = OffsetCommitEntry(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),  # v6+
+                metadata=p.committed_metadata,
+            )
+    retention = getattr(request, "retention_time", None)  # v2-v4 only
+    retention_ms = None if retention is None else _ms(retention)
+    if entries:  # Kafka skips the coordinator when no partition is left to commit
+        errors |= await _coordinator(ctx).commit_offsets(
+            request.group_id,
+            request.member_id,
+            request.generation_id_or_member_epoch,
+            entries,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            retention_ms=None if retention_ms == DEFAULT_RETENTION else retention_ms,
+        )
+    topics = tuple(
+        ctx.entity(
+            "OffsetCommitResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                ctx.entity(
+                    "OffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=errors[TopicPartition(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    wanted: list[TopicPartition] | None = None
+    if request.topics is not None:  # null (v2+) asks for every committed offset
+        wanted = [
+            TopicPartition(t.name, index) for t in request.topics for index in t.partition_indexes
+        ]
+    result = _coordinator(ctx).fetch_offsets(request.group_id, wanted)
+    if result.error is not ErrorCode.none:
+        if version >= 2:  # a group-level error field exists, and the topics stay empty
+            return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error, topics=())
+        failed = FetchedOffset(-1, -1, "", result.error)  # v1 reports it per partition
+        partitions = dict.fromkeys(wanted or [], failed)
+    else:
+        partitions = result.partitions
+    by_topic: dict[str, list[tuple[int, FetchedOffset]]] = defaultdict(list)
+    for tp, fetched in partitions.items():
+        by_topic[tp.topic].append((tp.partition, fetched))
+    if request.topics is None:  # answer "everything" in a stable order
+        order = sorted(by_topic)
+        for entries in by_topic.values():
+            entries.sort()
+    else:
+        order = [t.name for t in request.topics]
+    topics = tuple(
+        ctx.entity(
+            "OffsetFetchResponseTopic",
+            name=name,
+            partitions=tuple(
+                ctx.entity(
+                    "OffsetFetchResponsePartition",
+                    partition_index=index,
+                    committed_offset=f.offset,
+                    committed_leader_epoch=f.leader_epoch,
+                    metadata=f.metadata,
+                    error_code=f.error,
+                )
+                for index, f in by_topic[name]
+            ),
+        )
+        for name in dict.fromkeys(order)
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    wants_operations = getattr(request, "include_authorized_operations", False)
+    coordinator = _coordinator(ctx)
+    groups = []
+    for group_id in request.groups:
+        summary = coordinator.describe_group(group_id)
+        members = tuple(
+            ctx.entity(
+                "DescribedGroupMember",
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in summary.members
+        )
+        groups.append(
+            ctx.entity(
+                "DescribedGroup",
+                error_code=summary.error,
+                group_id=group_id,
+                group_state=summary.state,
+                protocol_type=summary.protocol_type,
+                protocol_data=summary.protocol,
+                members=members,
+                authorized_operations=GROUP_OPERATIONS
+                if wants_operations
+                else OPERATIONS_NOT_REQUESTED,
+            )
+        )
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    error, overviews = _coordinator(ctx).list_groups()
+    groups = tuple(
+        ctx.entity("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type)
+        for g in overviews
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, groups=groups)
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+}
