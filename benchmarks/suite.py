@@ -197,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, bootstrap in (("onceflow", broker.bootstrap), ("mock", mock)):
 
                 def one(i: int, bootstrap: str = bootstrap, value_bytes: int = value_bytes) -> float:
-                    topic = f"produce-{value_bytes}-{i}"
-                    create_topic(bootstrap, topic)
+                    topic = f"produce-{value_bytes}-{i}"  # auto-created by both brokers
                     return produce(bootstrap, topic, s, {"enable.idempotence": False})
 
                 seconds = median_of(s.repeat, one)

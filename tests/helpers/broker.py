@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["BrokerProcess", "BrokerStartError", "TEST_DEFAULT_OVERRIDES", "broker_command"]
+__all__ = ["TEST_DEFAULT_OVERRIDES", "BrokerProcess", "BrokerStartError", "broker_command"]
 
 # Applied to every test broker unless a test overrides them: no 3 s wait before the first
 # rebalance of a new group (Kafka's default would slow every group test down).

@@ -48,9 +48,20 @@ def _main(bootstrap: str, topic: str, group: str, session_ms: str) -> None:
 
 class ChildConsumer:
     def __init__(self, bootstrap: str, topic: str, group: str, session_ms: int = 6000) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        )
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.child_consumer", bootstrap, topic, group, str(session_ms)],
+            [
+                sys.executable,
+                "-m",
+                "tests.helpers.child_consumer",
+                bootstrap,
+                topic,
+                group,
+                str(session_ms),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

@@ -25,8 +25,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 __all__ = [
-    "Delivered",
     "QUIET_LOGGER",
+    "Delivered",
     "admin_client",
     "assign_from",
     "committed_offsets",
@@ -129,7 +129,9 @@ class Delivered:
 def produce_and_confirm(
     p: Producer,
     topic: str,
-    records: Iterable[tuple[int | None, bytes | None, bytes | None, list[tuple[str, bytes]] | None]],
+    records: Iterable[
+        tuple[int | None, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+    ],
     timeout: float = OP_TIMEOUT_S,
 ) -> Delivered:
     """Produce (partition, key, value, headers) records and wait for every delivery report."""
@@ -170,8 +172,7 @@ def consume_until(
     while not done(got):
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"timed out after {timeout} s waiting for {what}; got {len(got)}: "
-                f"{summarise(got)}"
+                f"timed out after {timeout} s waiting for {what}; got {len(got)}: {summarise(got)}"
             )
         msg = c.poll(0.2)
         if msg is None:
@@ -207,11 +208,15 @@ def summarise(msgs: Sequence[Message], limit: int = 10) -> str:
     return ", ".join(parts) + more
 
 
-def assign_from(c: Consumer, topic: str, partitions: Iterable[int], offset: int = OFFSET_BEGINNING) -> None:
+def assign_from(
+    c: Consumer, topic: str, partitions: Iterable[int], offset: int = OFFSET_BEGINNING
+) -> None:
     c.assign([TopicPartition(topic, p, offset) for p in partitions])
 
 
-def wait_assignment(c: Consumer, predicate: Any, timeout: float = OP_TIMEOUT_S) -> list[TopicPartition]:
+def wait_assignment(
+    c: Consumer, predicate: Any, timeout: float = OP_TIMEOUT_S
+) -> list[TopicPartition]:
     """Poll (delivering rebalance callbacks) until predicate(assignment) holds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -221,9 +226,9 @@ def wait_assignment(c: Consumer, predicate: Any, timeout: float = OP_TIMEOUT_S) 
         if time.monotonic() > deadline:
             raise AssertionError(f"assignment never satisfied the condition; last: {assignment}")
         msg = c.poll(0.2)
-        if msg is not None and msg.error() is not None:
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                raise AssertionError(f"consumer error while waiting for assignment: {msg.error()}")
+        err = msg.error() if msg is not None else None
+        if err is not None and err.code() != KafkaError._PARTITION_EOF:
+            raise AssertionError(f"consumer error while waiting for assignment: {err}")
 
 
 def committed_offsets(

@@ -91,7 +91,9 @@ def test_admin_create_list_delete_topics(shared_broker: BrokerProcess) -> None:
 def test_describe_configs_topic_and_broker(shared_broker: BrokerProcess) -> None:
     admin = admin_client(shared_broker.bootstrap)
     name = create_topic(
-        shared_broker.bootstrap, partitions=1, config={"retention.ms": "123456", "segment.bytes": "1048576"}
+        shared_broker.bootstrap,
+        partitions=1,
+        config={"retention.ms": "123456", "segment.bytes": "1048576"},
     )
     topic_res = ConfigResource(ResourceType.TOPIC, name)
     broker_res = ConfigResource(ResourceType.BROKER, "0")
@@ -123,7 +125,9 @@ def test_describe_configs_topic_and_broker(shared_broker: BrokerProcess) -> None
     assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-def _records(n: int, partitions: int) -> list[tuple[int | None, bytes, bytes, list[tuple[str, bytes]]]]:
+def _records(
+    n: int, partitions: int
+) -> list[tuple[int | None, bytes, bytes, list[tuple[str, bytes]]]]:
     """n keyed records: key i % 7 (so each key recurs), explicit partition by key."""
     out = []
     for i in range(n):
@@ -143,14 +147,16 @@ def test_produce_and_consume_by_assignment(shared_broker: BrokerProcess, acks: s
     delivered = produce_and_confirm(p, topic, sent)
     assert not delivered.errors, delivered.errors[:3]
 
-    per_partition_sent: dict[int, list[tuple[bytes, bytes, list[tuple[str, bytes]]]]] = defaultdict(list)
+    per_partition_sent: dict[int, list[tuple[bytes, bytes, list[tuple[str, bytes]]]]] = defaultdict(
+        list
+    )
     for part, key, value, headers in sent:
         per_partition_sent[part].append((key, value, headers))
 
     if acks != "0":
         # Acknowledged offsets are consecutive from 0 in each partition, in send order.
         acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-        for part, off, key, value, _ in delivered.ok:
+        for part, off, _key, value, _ in delivered.ok:
             acked[part].append((off, value))
         for part, items in acked.items():
             items.sort()
@@ -184,7 +190,9 @@ def test_produce_and_consume_by_assignment(shared_broker: BrokerProcess, acks: s
     c2 = consumer(bs)
     try:
         for part, msgs in by_part.items():
-            low, high = c2.get_watermark_offsets(TopicPartition(topic, part), timeout=T, cached=False)
+            low, high = c2.get_watermark_offsets(
+                TopicPartition(topic, part), timeout=T, cached=False
+            )
             assert (low, high) == (0, len(msgs))
     finally:
         c2.close()
@@ -219,8 +227,15 @@ def test_keys_land_in_one_partition_with_default_partitioner(shared_broker: Brok
 def test_consume_from_offset_and_null_key_value(shared_broker: BrokerProcess) -> None:
     bs = shared_broker.bootstrap
     topic = create_topic(bs, partitions=2)
-    sent = [(1, None if i % 4 == 0 else f"k{i}".encode(), None if i % 5 == 0 else f"v{i}".encode(), None)
-            for i in range(40)]
+    sent = [
+        (
+            1,
+            None if i % 4 == 0 else f"k{i}".encode(),
+            None if i % 5 == 0 else f"v{i}".encode(),
+            None,
+        )
+        for i in range(40)
+    ]
     delivered = produce_and_confirm(producer(bs, acks="1"), topic, sent)
     assert not delivered.errors
     c = consumer(bs)

@@ -59,7 +59,9 @@ def test_subscribe_commit_and_resume_after_restart(shared_broker: BrokerProcess)
     c = _group_consumer(bs, group)
     try:
         c.subscribe([topic])
-        got = consume_until(c, lambda g: len(g) >= 30, timeout=30, what="30 records by subscription")
+        got = consume_until(
+            c, lambda g: len(g) >= 30, timeout=30, what="30 records by subscription"
+        )
         assert sorted((m.partition(), m.offset()) for m in got) == [
             (p, o) for p in range(3) for o in range(10)
         ]
@@ -80,7 +82,9 @@ def test_subscribe_commit_and_resume_after_restart(shared_broker: BrokerProcess)
     c2 = _group_consumer(bs, group)
     try:
         c2.subscribe([topic])
-        got = consume_until(c2, lambda g: len(g) >= 3 + 2 * 3, timeout=30, what="the uncommitted records")
+        got = consume_until(
+            c2, lambda g: len(g) >= 3 + 2 * 3, timeout=30, what="the uncommitted records"
+        )
         got += drain(c2, 1.0)  # anything beyond the expected records would be a repeat
         positions = sorted((m.partition(), m.offset()) for m in got)
         assert positions == [(0, o) for o in range(7, 12)] + [
@@ -151,10 +155,12 @@ def test_second_member_triggers_rebalance_and_killed_member_is_evicted(
         # A second member in another process: the partitions are split between the two.
         child = ChildConsumer(bs, topic, group, SESSION_MS)
         wait_for(
-            lambda: child.assignment is not None
-            and len(child.assignment) > 0
-            and len(_parts(a)) > 0
-            and sorted(child.assignment + _parts(a)) == [0, 1, 2, 3],
+            lambda: (
+                child.assignment is not None
+                and len(child.assignment) > 0
+                and len(_parts(a)) > 0
+                and sorted(child.assignment + _parts(a)) == [0, 1, 2, 3]
+            ),
             timeout=EVICTION_TIMEOUT_S,
             step=lambda: _poll_both(a, child),
             what=f"a split assignment (a={_parts(a)}, child={child.assignment}, "

@@ -69,7 +69,9 @@ def _poll_until(c: KafkaConsumer, n: int, timeout: float = TIMEOUT_S) -> list:  
     return got
 
 
-def test_produce_and_consume_by_assignment(shared_broker: BrokerProcess, admin: KafkaAdminClient) -> None:
+def test_produce_and_consume_by_assignment(
+    shared_broker: BrokerProcess, admin: KafkaAdminClient
+) -> None:
     bs = shared_broker.bootstrap
     topic = _create(admin, 2)
     p = _producer(bs, acks="all", linger_ms=5)
@@ -142,7 +144,9 @@ def test_offsets_for_times(shared_broker: BrokerProcess, admin: KafkaAdminClient
         c.close()
 
 
-def test_group_consume_commit_and_resume(shared_broker: BrokerProcess, admin: KafkaAdminClient) -> None:
+def test_group_consume_commit_and_resume(
+    shared_broker: BrokerProcess, admin: KafkaAdminClient
+) -> None:
     bs = shared_broker.bootstrap
     topic = _create(admin, 3)
     group = f"kpg-{uuid.uuid4().hex[:8]}"
@@ -155,7 +159,9 @@ def test_group_consume_commit_and_resume(shared_broker: BrokerProcess, admin: Ka
     try:
         c.subscribe([topic])
         got = _poll_until(c, 30, timeout=40)
-        assert sorted((r.partition, r.offset) for r in got) == [(q, o) for q in range(3) for o in range(10)]
+        assert sorted((r.partition, r.offset) for r in got) == [
+            (q, o) for q in range(3) for o in range(10)
+        ]
         c.commit()
         assert {q: c.committed(TopicPartition(topic, q)) for q in range(3)} == {0: 10, 1: 10, 2: 10}
     finally:

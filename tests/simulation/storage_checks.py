@@ -6,6 +6,7 @@ trusts the indexes it is checking.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from onceflow.records.batch import BatchHeader, assign_offsets, scan_batches
@@ -41,7 +42,9 @@ class Journal:
         pos = 0
         for header in headers:
             nxt = offset + header.last_offset_delta + 1
-            self.attempted[offset] = StoredBatch(offset, nxt, bytes(stored[pos : pos + header.size]))
+            self.attempted[offset] = StoredBatch(
+                offset, nxt, bytes(stored[pos : pos + header.size])
+            )
             offset, pos = nxt, pos + header.size
 
     def forget_from(self, offset: int) -> None:
@@ -63,7 +66,9 @@ def stored_batches(plog: PartitionLog) -> list[StoredBatch]:
         )
         for b in found:
             h = b.header
-            out.append(StoredBatch(h.base_offset, h.next_offset, raw[b.position : b.position + h.size]))
+            out.append(
+                StoredBatch(h.base_offset, h.next_offset, raw[b.position : b.position + h.size])
+            )
     return out
 
 
@@ -78,7 +83,7 @@ def check_log(plog: PartitionLog, journal: Journal, *, recovered: bool = True) -
         assert batch.base == expected_next, f"offset gap or overlap at {expected_next}"
         expected_next = batch.next
     assert end == expected_next, "log end offset is one past the last batch"
-    for prev, nxt in zip(plog.segments, plog.segments[1:], strict=False):
+    for prev, nxt in itertools.pairwise(plog.segments):
         assert nxt.base_offset == prev.next_offset, "segments tile the offsets"
     for segment in plog.segments:
         assert segment.next_offset >= segment.base_offset
@@ -142,7 +147,9 @@ def check_indexes_match_rebuild(plog: PartitionLog) -> None:
         scratch.makedirs(segment.directory)
         handle = scratch.open(segment.log_path)
         handle.append(segment.read_bytes(0, segment.size))
-        rebuilt = LogSegment(scratch, segment.directory, segment.base_offset, segment.index_interval)
+        rebuilt = LogSegment(
+            scratch, segment.directory, segment.base_offset, segment.index_interval
+        )
         _, cut = rebuilt.recover()
         assert cut == 0
         assert index_snapshot(segment) == index_snapshot(rebuilt), (

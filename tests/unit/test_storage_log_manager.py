@@ -61,7 +61,7 @@ def test_create_topic_makes_partition_dirs_and_survives_a_reload(tmp_path: Path)
     lm = manager(tmp_path)
     info = lm.create_topic("orders", 3, {"segment.bytes": "4096"})
     assert sorted(os.listdir(tmp_path)) == sorted(
-        [TOPICS_FILE, "orders-0", "orders-1", "orders-2"]
+        [TOPICS_FILE, RECOVERY_CHECKPOINT, "orders-0", "orders-1", "orders-2"]
     )
     assert f"{0:020d}.log" in os.listdir(tmp_path / "orders-1")
     assert get(lm, "orders", 2).config.segment_bytes == 4096
@@ -307,3 +307,16 @@ def test_reload_after_shutdown_serves_the_same_batches(tmp_path: Path) -> None:
     batches, end = scan_batches(region.read())
     assert end == region.size
     assert batches[0].header.base_offset == 0
+
+
+def test_load_leaves_directories_that_are_not_partitions_alone(tmp_path: Path) -> None:
+    """A log dir at a mount root has lost+found; operators keep notes. Neither is ours."""
+    lm = manager(tmp_path)
+    lm.create_topic("a", 1)
+    lm.shutdown()
+    for name in ("lost+found", "backup", "a-b-c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "keep.txt").write_text("mine")
+    manager(tmp_path)
+    for name in ("lost+found", "backup", "a-b-c"):
+        assert (tmp_path / name / "keep.txt").read_text() == "mine"

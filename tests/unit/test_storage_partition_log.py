@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from onceflow.clock import ManualClock
@@ -65,7 +67,7 @@ def test_segment_rolls_when_the_next_append_would_pass_segment_bytes() -> None:
     for _ in range(20):
         append(plog)
     assert len(plog.segments) > 3
-    for prev, nxt in zip(plog.segments, plog.segments[1:], strict=False):
+    for prev, nxt in itertools.pairwise(plog.segments):
         assert 0 < prev.size <= 400
         assert nxt.base_offset == prev.next_offset
     assert plog.log_end_offset == 20

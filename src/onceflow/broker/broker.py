@@ -18,6 +18,7 @@ from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.coordinator import GroupCoordinator
+from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.record import decode_records
@@ -53,6 +54,7 @@ class Broker:
         self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
         self.purgatory = FetchPurgatory()
         self.cleaner = LogCleaner()
+        self.producer_ids = ProducerIdManager(self.fs, self.log_dir)
         self.connections: set[KafkaConnection] = set()
         self.group_coordinator = GroupCoordinator(
             clock=self.clock,
@@ -95,6 +97,7 @@ class Broker:
     async def start(self) -> None:
         self.logs.load()
         self.cluster_id = self._load_meta_properties()
+        self.producer_ids.load()
         if OFFSETS_TOPIC not in self.logs.topics:
             self.logs.create_topic(
                 OFFSETS_TOPIC,

@@ -79,7 +79,9 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--max-messages", type=positive_int, metavar="N", help="stop after N")
     parser.add_argument(
-        "--timeout-ms", type=non_negative_int, help="stop after this long without a record"
+        "--timeout-ms",
+        type=non_negative_int,
+        help="stop after this long without a record (counting from the start, group join included)",
     )
     parser.add_argument("--print-key", action="store_true")
     parser.add_argument("--print-partition", action="store_true")

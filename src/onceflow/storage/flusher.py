@@ -8,6 +8,7 @@ one fsync instead of paying one each.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -30,6 +31,10 @@ class GroupCommitFlusher:
     def start(self) -> None:
         self._wake = asyncio.Event()
         self._round_done = asyncio.Event()
+        if self._dirty or self._waiters:
+            # mark() and durable() before start() had no event to set; without this their
+            # waiters would hang until some later append woke the loop.
+            self._wake.set()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
     def mark(self, plog: PartitionLog) -> None:
@@ -117,10 +122,8 @@ class GroupCommitFlusher:
         if self._task is not None:
             await self.barrier()
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
 
 def _execute_all(plans: list[FlushPlan]) -> None:

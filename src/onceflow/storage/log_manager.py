@@ -66,8 +66,10 @@ class LogManager:
         wanted = {f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)}
         for name in fs.listdir(self.log_dir):
             path = os.path.join(self.log_dir, name)
-            if fs.isdir(path) and name not in wanted:
-                # A deleted topic whose files outlived the metadata change.
+            if fs.isdir(path) and name not in wanted and _is_partition_dir(name):
+                # A deleted topic whose files outlived the metadata change. Only names of
+                # the <topic>-<partition> form: anything else (lost+found at a mount root,
+                # an operator's backup) is not ours to delete.
                 log.info("removing %s: not a partition of any topic", path)
                 fs.rmtree(path)
         for topic in self.topics.values():
@@ -118,6 +120,11 @@ class LogManager:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists")
         info = TopicInfo(name, partitions, dict(configs or {}), internal=internal)
         self.config_factory(info.configs)  # reject bad configs before anything is written
+        # A recovery point left by an earlier topic of the same name (deleted less than a
+        # checkpoint interval ago) says nothing about the new topic's files, yet recovery
+        # would skip scanning segments below it. Rewrite the checkpoint without it before
+        # the topic exists, so no crash can pair the two.
+        self.checkpoint_recovery_points()
         self.topics[name] = info
         self._write_topics()
         for p in range(partitions):
@@ -233,3 +240,9 @@ class LogManager:
         except (ValueError, IndexError, UnicodeDecodeError):
             log.warning("ignoring an unreadable %s: recovering every segment", path)
             return {}
+
+
+def _is_partition_dir(name: str) -> bool:
+    """True for `<topic>-<partition>` names, the only directories the broker creates."""
+    topic, dash, partition = name.rpartition("-")
+    return bool(topic) and bool(dash) and partition.isdigit()

@@ -8,6 +8,7 @@ be trusted. Indexes are derived data, rebuilt whenever they are missing or wrong
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ def open_partition(
     bases = sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
     # Orphan indexes of a segment whose .log is gone are removed too.
     for name in names:
-        stem, dot, suffix = name.partition(".")
+        stem, _, suffix = name.partition(".")
         if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
             fs.remove(os.path.join(directory, name))
     interval = config.index_interval_bytes
@@ -78,7 +79,7 @@ def open_partition(
             del segments[i + 1 :]
         i += 1
     # Each segment must start where the previous one ended, or offsets would repeat.
-    for prev, nxt in zip(segments, segments[1:], strict=False):
+    for prev, nxt in itertools.pairwise(segments):
         if nxt.base_offset < prev.next_offset:
             log.warning("%s-%d: segment %d overlaps; truncating", topic, partition, nxt.base_offset)
     if truncated or deleted:

@@ -11,6 +11,7 @@ import datetime
 from typing import Any
 
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
+from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
@@ -31,6 +32,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
+                # Only the coordinators write internal topics (Kafka's internalTopicsAllowed);
+                # a client's record there could stop the next start from loading the log.
+                if topic_data.name in INTERNAL_TOPICS:
+                    raise KafkaError(
+                        ErrorCode.invalid_topic_exception,
+                        f"Cannot append to internal topic {topic_data.name}",
+                    )
                 plog = broker.log_for_produce(topic_data.name, data.index)
                 records = data.records or b""
                 headers = validate_produced_batches(records, plog.config.max_message_bytes)

@@ -1,0 +1,1 @@
+"""The transaction coordinator, and the producer ids every idempotent producer needs."""

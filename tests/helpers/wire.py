@@ -1,0 +1,155 @@
+"""A tiny raw Kafka client over a blocking socket, built on kio's schemas.
+
+For tests that must send exactly the bytes they mean (bad input, protocol corner cases),
+where a real client would refuse or retry. Requests are kio request entities; responses are
+decoded with kio's response schema of the same API and version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.produce.v8 import request as produce_v8
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.types import TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+__all__ = ["RawConnection", "encode_entity", "produce_request", "request_frame"]
+
+SOCKET_TIMEOUT_S = 10.0
+
+
+def encode_entity(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def request_frame(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: bytes,
+    *,
+    flexible: bool,
+    client_id: str = "raw-test",
+) -> bytes:
+    """Size prefix + request header (v1, or v2 for flexible versions) + body bytes."""
+    header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
+    header = header_cls(
+        request_api_key=i16(api_key),
+        request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    payload = encode_entity(header) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+class RawConnection:
+    def __init__(self, bootstrap: str, timeout: float = SOCKET_TIMEOUT_S) -> None:
+        host, _, port = bootstrap.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- bytes -----------------------------------------------------------------------
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(out)} of {n} bytes")
+            out += chunk
+        return bytes(out)
+
+    def recv_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self.recv_exact(4))
+        return self.recv_exact(size)
+
+    def closed_by_peer(self, timeout: float = SOCKET_TIMEOUT_S) -> bool:
+        """True once the broker closes the connection (EOF or reset) within `timeout`.
+
+        Any bytes the broker sends meanwhile make this False: it answered instead.
+        """
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+        return data == b""
+
+    # ---- requests --------------------------------------------------------------------
+
+    def send_request(self, request: Any, api_version: int | None = None) -> int:
+        """Send a kio request entity (at its own version unless `api_version` claims
+        another); return its correlation id."""
+        self._correlation += 1
+        frame = request_frame(
+            int(request.__api_key__),
+            int(request.__version__) if api_version is None else api_version,
+            self._correlation,
+            encode_entity(request),
+            flexible=bool(request.__flexible__),
+        )
+        self.send_bytes(frame)
+        return self._correlation
+
+    def read_response(self, api_key: int, api_version: int, correlation_id: int) -> Any:
+        frame = self.recv_frame()
+        (got,) = struct.unpack_from(">i", frame, 0)
+        assert got == correlation_id, f"correlation id {got}, expected {correlation_id}"
+        pos = 4
+        cls = load_response_schema(api_key, api_version)
+        if cls.__flexible__ and api_key != 18:  # ApiVersions answers with header v0
+            pos += 1  # empty tagged fields of response header v1
+        body, size = entity_reader(cls)(frame, pos)
+        assert pos + size == len(frame), "trailing bytes after the response body"
+        return body
+
+    def call(self, request: Any) -> Any:
+        correlation = self.send_request(request)
+        return self.read_response(int(request.__api_key__), int(request.__version__), correlation)
+
+
+def request_class(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+def produce_request(topic: str, parts: dict[int, bytes], acks: int = -1) -> Any:
+    """A Produce v8 request carrying the given raw record bytes per partition."""
+    return produce_v8.ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            produce_v8.TopicProduceData(
+                name=TopicName(topic),
+                partition_data=tuple(
+                    produce_v8.PartitionProduceData(index=i32(p), records=data)
+                    for p, data in parts.items()
+                ),
+            ),
+        ),
+    )

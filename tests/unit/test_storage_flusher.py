@@ -1,0 +1,192 @@
+"""GroupCommitFlusher: many appends waiting for durability share few fsync rounds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from onceflow.clock import ManualClock
+from onceflow.records.batch import validate_produced_batches
+from onceflow.records.builder import build_batch
+from onceflow.storage.flusher import GroupCommitFlusher
+from onceflow.storage.fs import SimFileSystem
+from onceflow.storage.partition_log import LogConfig, PartitionLog
+from onceflow.storage.recovery import open_partition
+
+
+class FailingFsyncFS(SimFileSystem):
+    """A SimFileSystem whose fsyncs fail once `broken` is set, like a dying disk."""
+
+    broken = False
+
+    def step(self, what: str) -> None:
+        if self.broken and what.startswith("fsync"):
+            raise OSError(5, "Input/output error")
+        super().step(what)
+
+
+def open_log(
+    fs: SimFileSystem | None = None, durable: bool = True, name: str = "t"
+) -> PartitionLog:
+    config = LogConfig(durable=durable, index_interval_bytes=128)
+    plog, _ = open_partition(
+        fs or SimFileSystem(), f"/data/{name}-0", name, 0, config, ManualClock(), 0, False
+    )
+    return plog
+
+
+def append(plog: PartitionLog) -> int:
+    data = build_batch([(b"k", b"v" * 20, [])], timestamp_ms=plog.clock.now_ms())
+    return plog.append_batches(data, validate_produced_batches(data, 1 << 20)).last_offset
+
+
+def test_many_concurrent_waiters_are_resolved_by_few_fsync_rounds() -> None:
+    async def main() -> None:
+        plog = open_log()
+        flushed: list[int] = []
+        flusher = GroupCommitFlusher(on_flushed=lambda p: flushed.append(p.flushed_offset))
+        flusher.start()
+
+        async def producer(batches: int) -> None:
+            for _ in range(batches):
+                offset = append(plog)
+                await flusher.durable(plog, offset)
+                assert plog.flushed_offset > offset
+                assert plog.high_watermark > offset
+
+        waiters = 20 * 5
+        await asyncio.gather(*(producer(5) for _ in range(20)))
+        assert plog.flushed_offset == plog.log_end_offset == waiters
+        assert 0 < flusher.rounds < waiters, "appends share fsync rounds"
+        assert flushed == sorted(flushed) and flushed[-1] == waiters
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_a_burst_of_waiters_before_the_first_round_needs_one_round() -> None:
+    async def main() -> None:
+        plog = open_log()
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        futures = [flusher.durable(plog, append(plog)) for _ in range(50)]
+        await asyncio.gather(*futures)
+        assert flusher.rounds == 1
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_one_round_covers_several_logs() -> None:
+    async def main() -> None:
+        fs = SimFileSystem()
+        logs = [open_log(fs, name=f"t{i}") for i in range(4)]
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        futures = [flusher.durable(p, append(p)) for p in logs for _ in range(3)]
+        await asyncio.gather(*futures)
+        assert flusher.rounds == 1
+        assert all(p.high_watermark == 3 for p in logs)
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_high_watermark_waits_for_the_round_in_durable_mode() -> None:
+    async def main() -> None:
+        plog = open_log(durable=True)
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        offset = append(plog)
+        future = flusher.durable(plog, offset)
+        assert plog.high_watermark == 0, "not visible before the fsync"
+        await future
+        assert plog.high_watermark == 1
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_high_watermark_moves_at_append_in_non_durable_mode() -> None:
+    async def main() -> None:
+        plog = open_log(durable=False)
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        offset = append(plog)
+        assert plog.high_watermark == 1
+        flusher.mark(plog)
+        await flusher.durable(plog, offset)
+        assert plog.flushed_offset == 1
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_waiting_for_an_offset_already_flushed_resolves_at_once() -> None:
+    async def main() -> None:
+        plog = open_log()
+        offset = append(plog)
+        plog.flush()
+        flusher = GroupCommitFlusher()  # not even started
+        future = flusher.durable(plog, offset)
+        assert future.done() and future.result() is None
+
+    asyncio.run(main())
+
+
+def test_waiting_for_an_offset_never_appended_fails() -> None:
+    async def main() -> None:
+        plog = open_log()
+        append(plog)
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        with pytest.raises(RuntimeError, match="never appended"):
+            await asyncio.wait_for(flusher.durable(plog, 10), 5)
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_waiters_of_a_deleted_log_are_released() -> None:
+    async def main() -> None:
+        plog = open_log()
+        flusher = GroupCommitFlusher()
+        future = flusher.durable(plog, append(plog))
+        plog.delete()
+        flusher.start()
+        await asyncio.wait_for(future, 5)
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_an_fsync_error_fails_the_waiters_and_keeps_the_high_watermark() -> None:
+    async def main() -> None:
+        fs = FailingFsyncFS()
+        plog = open_log(fs)
+        fs.broken = True
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        future = flusher.durable(plog, append(plog))
+        with pytest.raises(OSError):
+            await asyncio.wait_for(future, 5)
+        assert plog.high_watermark == 0 and plog.flushed_offset == 0
+        await flusher.close()
+
+    asyncio.run(main())
+
+
+def test_close_waits_for_a_running_round() -> None:
+    async def main() -> None:
+        plog = open_log()
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        future = flusher.durable(plog, append(plog))
+        await asyncio.sleep(0)
+        await flusher.close()
+        if future.done():
+            assert future.exception() is None
+        await flusher.barrier()
+
+    asyncio.run(main())
