@@ -110,6 +110,9 @@ class Broker:
         self._every(0.1, self.group_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
+        self._every(
+            self.config.producer_id_expiration_check_interval_ms / 1000, self.expire_producers
+        )
         if self.config.log_cleaner_enable:
             self._every(self.config.log_cleaner_backoff_ms / 1000, self.clean_logs)
 
@@ -146,6 +149,12 @@ class Broker:
         body = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
         self.fs.write_file_atomic(path, body.encode())
         return cluster_id
+
+    def expire_producers(self) -> None:
+        """Forget producers idle for producer.id.expiration.ms (never an open transaction)."""
+        now = self.clock.now_ms()
+        for plog in self.logs:
+            plog.producer_state.remove_expired(now, self.config.producer_id_expiration_ms)
 
     def clean_logs(self) -> None:
         """One pass of the log cleaner over every compacted partition that needs it."""

@@ -61,6 +61,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 4),
     ApiKey.DELETE_TOPICS: (1, 3),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
 }
 

@@ -125,6 +125,10 @@ def _clean_segment(
             continue
         records = decode_records(raw)
         kept = [r for r in records if _keep(r, latest, horizon)]
+        if not kept and header.has_producer_id:
+            # An idempotent producer's batch keeps one record, so its sequence numbers stay
+            # in the log and producer state replays the same after cleaning.
+            kept = records[-1:]
         removed += len(records) - len(kept)
         if len(kept) == len(records):
             parts.append(raw)

@@ -22,6 +22,7 @@ from onceflow.invariants import invariant
 from onceflow.records.batch import BatchHeader, assign_offsets
 from onceflow.records.record import decode_records
 from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.producer_state import ProducerStateManager
 from onceflow.storage.segment import LogSegment
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
@@ -51,6 +52,7 @@ class AppendResult:
     first_offset: int
     last_offset: int
     log_start_offset: int
+    duplicate: bool = False  # a producer's retry: nothing was appended
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class PartitionLog:
         clock: Clock,
         segments: list[LogSegment],
         recovery_point: int,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         invariant(bool(segments), "a partition log always has an active segment")
         self.fs = fs
@@ -117,6 +120,15 @@ class PartitionLog:
             # Recovery validated everything past the recovery point; flush it once more.
             self._dirty = list(segments)
         self.deleted = False
+        if producer_state is None:
+            producer_state = ProducerStateManager(fs, directory)
+            producer_state.advance(self.log_end_offset)
+        invariant(
+            producer_state.map_end_offset == self.log_end_offset,
+            f"producer state of {topic}-{partition} covers up to "
+            f"{producer_state.map_end_offset}, the log ends at {self.log_end_offset}",
+        )
+        self.producer_state = producer_state
 
     @property
     def name(self) -> str:
@@ -137,18 +149,42 @@ class PartitionLog:
     # ---- appending -------------------------------------------------------------------
 
     def append_batches(
-        self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        *,
+        from_client: bool = True,
     ) -> AppendResult:
         """Assign offsets to validated batches and append them as they are.
 
         Only baseOffset and partitionLeaderEpoch change; the producer's CRC stays valid.
+        Batches with a producer id are checked against the producer state first (for
+        client appends): a retried duplicate returns its original offsets and appends
+        nothing, and a fenced or out-of-order batch raises Kafka's error.
         """
         first = self.log_end_offset
-        stamped = assign_offsets(data, headers, first, self.leader_epoch)
         placed = [h._replace(base_offset=o) for h, o in _bases(headers, first)]
+        plan = self.producer_state.plan()
+        for header in placed:
+            if not header.has_producer_id or header.is_control:
+                continue
+            if from_client:
+                duplicate = plan.duplicate_of(header)
+                if duplicate is not None:
+                    return AppendResult(
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        self.log_start_offset,
+                        duplicate=True,
+                    )
+                plan.check(header)
+            plan.add(header)
+        stamped = assign_offsets(data, headers, first, self.leader_epoch)
         self._maybe_roll(len(stamped), placed)
         self.active.append(stamped, placed)
         self.log_end_offset = placed[-1].next_offset
+        plan.apply()
+        self.producer_state.advance(self.log_end_offset)
         self._mark_dirty()
         if not self.config.durable:
             self._advance_high_watermark(self.log_end_offset, self.active, self.active.size)
@@ -188,6 +224,8 @@ class PartitionLog:
         segment.next_offset = self.log_end_offset
         self.segments.append(segment)
         self.fs.fsync_dir(self.directory)
+        # The data below the new base is durable now, so a snapshot there is safe to trust.
+        self.producer_state.take_snapshot()
         return segment
 
     # ---- durability ------------------------------------------------------------------
@@ -334,8 +372,34 @@ class PartitionLog:
         self._hw_segment = self.segments[self.segment_for(self.high_watermark)]
         self._hw_position = self._hw_segment.position_of(self.high_watermark)
         self._dirty = [self.active]
+        self.rebuild_producer_state()
+
+    def rebuild_producer_state(self) -> int:
+        """Load the newest usable snapshot and replay the log after it; return the number
+        of batches replayed.
+
+        A snapshot is written only once the data below its offset is durable (at a roll,
+        after the old segment's fsync, or at clean shutdown), so any snapshot at or below
+        the recovered log end describes data that is still there.
+        """
+        state = self.producer_state
+        start = state.load_snapshot(self.log_end_offset)
+        replayed = 0
+        for segment in self.segments:
+            if segment.next_offset <= start or segment.size == 0:
+                continue
+            position = segment.position_of(start) if segment.base_offset < start else 0
+            headers = [location.header for location in segment.read_headers(position)]
+            state.replay(headers)
+            replayed += len(headers)
+        state.advance(self.log_end_offset)
+        return replayed
 
     def close(self) -> None:
+        """Close after a flush: the producer snapshot at the end spares the next start a
+        replay."""
+        if not self.deleted:
+            self.producer_state.take_snapshot()
         for segment in self.segments:
             segment.close()
 

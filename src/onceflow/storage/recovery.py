@@ -29,6 +29,7 @@ class RecoveryStats:
     segments_scanned: int
     bytes_truncated: int
     segments_deleted: int
+    batches_replayed: int = 0  # producer-state replay after the newest usable snapshot
 
 
 def open_partition(
@@ -81,7 +82,9 @@ def open_partition(
     # Each segment must start where the previous one ended, or offsets would repeat.
     for prev, nxt in itertools.pairwise(segments):
         if nxt.base_offset < prev.next_offset:
-            log.warning("%s-%d: segment %d overlaps; truncating", topic, partition, nxt.base_offset)
+            log.error(
+                "%s-%d: segment %d overlaps the previous one", topic, partition, nxt.base_offset
+            )
     if truncated or deleted:
         log.warning(
             "%s-%d: recovery truncated %d bytes and deleted %d segments",
@@ -104,7 +107,8 @@ def open_partition(
     )
     if not clean_shutdown:
         plog.flush()  # what recovery validated becomes durable before anyone reads it
-    return plog, RecoveryStats(scanned, truncated, deleted)
+    replayed = plog.rebuild_producer_state()
+    return plog, RecoveryStats(scanned, truncated, deleted, replayed)
 
 
 def _first_unrecovered(segments: list[LogSegment], recovery_point: int) -> int:

@@ -113,14 +113,23 @@ class LogSegment:
         return self.size if location is None else location.position
 
     def read_headers(self, start: int = 0, end: int | None = None) -> list[BatchLocation]:
-        """Headers of every batch in [start, end): a per-batch walk for cold paths."""
+        """Headers of every batch in [start, end), read in windows (one syscall per window,
+        not per batch): producer-state replay walks whole segments with it."""
         end = self.size if end is None else end
         out: list[BatchLocation] = []
         pos = start
         while pos < end:
-            header = parse_header(self.log.pread(HEADER_SIZE, pos))
-            out.append(BatchLocation(pos, header))
-            pos += header.size
+            window = self.log.pread(min(_SCAN_WINDOW, end - pos), pos)
+            cursor = 0
+            while len(window) - cursor >= HEADER_SIZE:
+                header = parse_header(window, cursor)
+                out.append(BatchLocation(pos + cursor, header))
+                cursor += header.size
+            if cursor == 0:  # a header straddles the window
+                header = parse_header(self.log.pread(HEADER_SIZE, pos))
+                out.append(BatchLocation(pos, header))
+                cursor = header.size
+            pos += cursor
         return out
 
     def read_bytes(self, position: int, size: int) -> bytes:

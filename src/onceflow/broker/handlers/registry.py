@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceflow.broker.handlers import admin, group
+from onceflow.broker.handlers import admin, group, txn
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
 from onceflow.broker.handlers.fetch import handle_fetch
@@ -21,6 +21,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     **admin.HANDLERS,
     **group.HANDLERS,
+    **txn.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)
