@@ -30,14 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _finish(b: BrokerProcess) -> None:
-    """Stop a broker at teardown; a broker that fails to shut down cleanly fails the test."""
+def _finish(b: BrokerProcess, since: int = 0) -> None:
+    """Stop a broker at teardown. A broker that fails to shut down cleanly, or logged an
+    internal error (an ERROR line or a traceback) while it ran, fails the test."""
     try:
         if b.running:
             code = b.stop()
             assert code == 0, f"broker exited with {code} on SIGTERM; its log:\n{b.log_tail()}"
     finally:
         b.kill()
+    _assert_no_internal_errors(b, since)
+
+
+def _assert_no_internal_errors(b: BrokerProcess, since: int) -> None:
+    errors = b.internal_errors(since)
+    assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
 
 
 @pytest.fixture
@@ -53,13 +60,25 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPro
 
 
 @pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def _shared_broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
     b.start()
     try:
         yield b
     finally:
         _finish(b)
+
+
+@pytest.fixture
+def shared_broker(_shared_broker_process: BrokerProcess) -> Iterator[BrokerProcess]:
+    """One broker per module; each test using it fails if the broker logged an internal
+    error during that test."""
+    b = _shared_broker_process
+    if not b.running:  # a test stopped or killed it: bring it back for the next one
+        b.start()
+    mark = b.log_size()
+    yield b
+    _assert_no_internal_errors(b, mark)
 
 
 @pytest.fixture

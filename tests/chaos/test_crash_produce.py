@@ -144,7 +144,11 @@ def _read_everything(bs: str, topic: str) -> dict[int, list[Message]]:
 
 
 @pytest.mark.slow
-def test_kill_during_acks_all_produce_loses_no_acknowledged_record(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+def test_kill_during_acks_all_produce_loses_no_acknowledged_record(
+    broker: BrokerProcess, how: str
+) -> None:
+    """SIGKILL is a crash; SIGTERM is a shutdown under load, which must also exit 0."""
     bs = broker.bootstrap
     topic = create_topic(bs, partitions=PARTITIONS)
 
@@ -177,7 +181,11 @@ def test_kill_during_acks_all_produce_loses_no_acknowledged_record(broker: Broke
                 time.sleep(0.05)
             assert len(load.acked) > before, f"no acks before crash {crash}:\n{broker.log_tail()}"
             time.sleep(rng.uniform(0.0, 0.3))
-            broker.kill()
+            if how == "sigkill":
+                broker.kill()
+            else:
+                code = broker.stop()
+                assert code == 0, f"exit code {code} on SIGTERM under load:\n{broker.log_tail()}"
             time.sleep(rng.uniform(0.1, 0.5))
             broker.start()
     finally:

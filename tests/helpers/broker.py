@@ -122,6 +122,29 @@ class BrokerProcess:
         except FileNotFoundError:
             return ""
 
+    def log_size(self) -> int:
+        """A mark for `internal_errors(since=...)`."""
+        try:
+            return os.path.getsize(self.log_path)
+        except FileNotFoundError:
+            return 0
+
+    def internal_errors(self, since: int = 0) -> list[str]:
+        """ERROR lines and tracebacks the broker logged after byte `since`: each is a bug
+        (a handler crash, a failed periodic task), even when clients did not notice."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return []
+        lines = text.splitlines()
+        found = []
+        for i, line in enumerate(lines):
+            if " ERROR " in line or line.startswith(("ERROR", "Traceback")):
+                found.append("\n".join(lines[i : i + 25]))
+        return found
+
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         text = self.log
         return text if len(text) <= chars else "...\n" + text[-chars:]

@@ -3,11 +3,13 @@ requests, timestamps, time-based retention and lookups across segments."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
@@ -333,3 +335,51 @@ def test_timestamp_too_far_in_the_future_is_rejected(shared_broker: BrokerProces
     )
     assert p.flush(T) == 0
     assert [e.code() if e else None for e in errors] == [KafkaError.INVALID_TIMESTAMP]
+
+
+def test_delete_topic_under_load_then_recreate(shared_broker: BrokerProcess) -> None:
+    """Deleting a topic that is being produced to and long-polled must not hurt the broker."""
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=2)
+    stop = threading.Event()
+    p = producer(bs, acks="1", **{"message.timeout.ms": 3000})
+
+    def produce_loop(p: Producer) -> None:
+        i = 0
+        while not stop.is_set():
+            with contextlib.suppress(BufferError):
+                p.produce(topic, value=b"x" * (i % 500), partition=i % 2)
+            p.poll(0.001)
+            i += 1
+
+    c = consumer(bs, **{"fetch.wait.max.ms": 5000})
+    thread = threading.Thread(target=produce_loop, args=(p,), daemon=True)
+    thread.start()
+    try:
+        c.assign([TopicPartition(topic, q, 0) for q in range(2)])
+        consume_until(c, lambda g: len(g) >= 50)
+        admin = admin_client(bs)
+        admin.delete_topics([topic], operation_timeout=T, request_timeout=T)[topic].result(T)
+        time.sleep(1.0)  # the producer and the consumer keep going at the deleted topic
+    finally:
+        stop.set()
+        thread.join(T)
+        c.close()
+    p.flush(10)
+    del p
+    assert shared_broker.running, shared_broker.log_tail()
+    # The producer may have auto-created the topic again (as with Kafka): delete it once
+    # more, now that nobody uses it. Then the name can be reused, from offset 0.
+    admin = admin_client(bs)
+    if topic in admin.list_topics(timeout=T).topics:
+        admin.delete_topics([topic], operation_timeout=T, request_timeout=T)[topic].result(T)
+    create_topic(bs, topic, partitions=1, config={})
+    d = produce_and_confirm(producer(bs, acks="all"), topic, [(0, None, b"reborn", None)])
+    assert not d.errors and d.ok[0][:2] == (0, 0), (d.ok, d.errors)
+    c = consumer(bs)
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        [m] = consume_until(c, lambda g: len(g) >= 1)
+        assert m.value() == b"reborn"
+    finally:
+        c.close()

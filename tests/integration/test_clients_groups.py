@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 
-from confluent_kafka import ConsumerGroupState, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.child_consumer import ChildConsumer, wait_for
@@ -260,3 +260,106 @@ def test_consumers_in_different_groups_each_get_everything(shared_broker: Broker
             c.close()
     a, b = seen.values()
     assert a == b == {(p, o) for p in range(2) for o in range(5)}
+
+
+def test_cooperative_sticky_members_split_and_cover_all_partitions(
+    shared_broker: BrokerProcess,
+) -> None:
+    """Incremental rebalancing (several JoinGroup/SyncGroup rounds) between two members."""
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=6)
+    group = _group()
+    conf = {"partition.assignment.strategy": "cooperative-sticky"}
+    a = _group_consumer(bs, group, **conf)
+    b = _group_consumer(bs, group, **conf)
+    try:
+        a.subscribe([topic])
+        wait_assignment(a, lambda asg: len(asg) == 6, timeout=30)
+        b.subscribe([topic])
+
+        def step() -> None:
+            for c in (a, b):
+                m = c.poll(0.1)
+                if m is not None and m.error() is not None:
+                    raise AssertionError(f"consumer error: {m.error()}")
+
+        wait_for(
+            lambda: len(_parts(a)) == 3 and len(_parts(b)) == 3,
+            timeout=EVICTION_TIMEOUT_S,
+            step=step,
+            what=f"a 3/3 split (a={_parts(a)}, b={_parts(b)})",
+        )
+        assert sorted(_parts(a) + _parts(b)) == list(range(6))
+    finally:
+        b.close()
+        a.close()
+
+
+def test_admin_lists_committed_offsets_of_a_group(shared_broker: BrokerProcess) -> None:
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=3)
+    group = _group()
+    c = _group_consumer(bs, group)
+    try:
+        c.commit(
+            offsets=[TopicPartition(topic, 0, 4), TopicPartition(topic, 2, 9)], asynchronous=False
+        )
+    finally:
+        c.close()
+    admin = admin_client(bs)
+    request = [ConsumerGroupTopicPartitions(group)]  # no partitions: everything committed
+    result = admin.list_consumer_group_offsets(request, request_timeout=T)[group].result(timeout=T)
+    assert sorted((tp.topic, tp.partition, tp.offset) for tp in result.topic_partitions) == [
+        (topic, 0, 4),
+        (topic, 2, 9),
+    ]
+
+
+def test_static_member_rejoining_keeps_its_partitions(shared_broker: BrokerProcess) -> None:
+    """group.instance.id: a restarted static member gets its partitions back without the
+    other member losing any of its own."""
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=4)
+    group = _group()
+    revoked_from_a: list[list[int]] = []
+
+    def on_revoke(consumer, partitions):  # type: ignore[no-untyped-def]
+        if partitions:
+            revoked_from_a.append(sorted(tp.partition for tp in partitions))
+
+    a = _group_consumer(bs, group, **{"group.instance.id": "static-a"})
+    b = _group_consumer(bs, group, **{"group.instance.id": "static-b"})
+    try:
+        a.subscribe([topic], on_revoke=on_revoke)
+        b.subscribe([topic])
+
+        def step() -> None:
+            for c in (a, b):
+                m = c.poll(0.1)
+                if m is not None and m.error() is not None:
+                    raise AssertionError(f"consumer error: {m.error()}")
+
+        wait_for(
+            lambda: len(_parts(a)) == 2 and len(_parts(b)) == 2,
+            timeout=EVICTION_TIMEOUT_S,
+            step=step,
+            what=f"a 2/2 split (a={_parts(a)}, b={_parts(b)})",
+        )
+        b_parts = _parts(b)
+        revoked_from_a.clear()
+        b.close()  # a static member does not leave the group on close
+        b = _group_consumer(bs, group, **{"group.instance.id": "static-b"})
+        b.subscribe([topic])
+        wait_for(
+            lambda: _parts(b) == b_parts,
+            timeout=EVICTION_TIMEOUT_S,
+            step=step,
+            what=f"the static member to get {b_parts} back (has {_parts(b)})",
+        )
+        for _ in range(10):
+            step()
+        assert len(_parts(a)) == 2
+        assert revoked_from_a == [], f"the other member was rebalanced: {revoked_from_a}"
+    finally:
+        b.close()
+        a.close()

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
-from onceflow.records.batch import BatchHeader, assign_offsets
+from onceflow.records.batch import BatchHeader, assign_offsets, parse_header
+from onceflow.records.control import ControlType, build_control_batch, parse_control_record
 from onceflow.records.record import decode_records
 from onceflow.storage.fs import FileHandle, FileSystem
-from onceflow.storage.producer_state import ProducerStateManager
+from onceflow.storage.indexes import AbortedTxn
+from onceflow.storage.producer_state import AppendPlan, ProducerStateManager
 from onceflow.storage.segment import LogSegment
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
@@ -179,7 +181,13 @@ class PartitionLog:
                     )
                 plan.check(header)
             plan.add(header)
-        stamped = assign_offsets(data, headers, first, self.leader_epoch)
+        return self._write(placed, data, plan)
+
+    def _write(
+        self, placed: list[BatchHeader], data: bytes | bytearray | memoryview, plan: AppendPlan
+    ) -> AppendResult:
+        first = self.log_end_offset
+        stamped = assign_offsets(data, placed, first, self.leader_epoch)
         self._maybe_roll(len(stamped), placed)
         self.active.append(stamped, placed)
         self.log_end_offset = placed[-1].next_offset
@@ -376,24 +384,91 @@ class PartitionLog:
 
     def rebuild_producer_state(self) -> int:
         """Load the newest usable snapshot and replay the log after it; return the number
-        of batches replayed.
+        of batches replayed. The aborted-transaction indexes after the snapshot are rebuilt
+        from the replayed markers; if any older one is unreadable, everything is replayed.
 
         A snapshot is written only once the data below its offset is durable (at a roll,
         after the old segment's fsync, or at clean shutdown), so any snapshot at or below
         the recovered log end describes data that is still there.
         """
         state = self.producer_state
-        start = state.load_snapshot(self.log_end_offset)
-        replayed = 0
+        indexes_ok = all(segment.txn_index.load() for segment in self.segments)
+        start = state.load_snapshot(self.log_end_offset if indexes_ok else -1)
+        replayed: list[tuple[BatchHeader, tuple[bool, int] | None]] = []
         for segment in self.segments:
             if segment.next_offset <= start or segment.size == 0:
                 continue
             position = segment.position_of(start) if segment.base_offset < start else 0
-            headers = [location.header for location in segment.read_headers(position)]
-            state.replay(headers)
-            replayed += len(headers)
+            for location in segment.read_headers(position):
+                marker = None
+                if location.header.is_control:
+                    raw = segment.read_bytes(location.position, location.header.size)
+                    kind, coordinator_epoch = parse_control_record(raw, verify_crc=False)
+                    marker = (kind == ControlType.ABORT, coordinator_epoch)
+                replayed.append((location.header, marker))
+        completed = state.replay(replayed)
         state.advance(self.log_end_offset)
-        return replayed
+        aborted = [c for c in completed if c.aborted]
+        for index, segment in enumerate(self.segments):
+            if segment.next_offset <= start:
+                continue
+            kept = [e for e in segment.txn_index.entries if e.last_offset < start]
+            upper = self.segments[index + 1].base_offset if index + 1 < len(self.segments) else None
+            mine = [
+                AbortedTxn(c.producer_id, c.first_offset, c.last_offset, c.last_offset)
+                for c in aborted
+                if c.last_offset >= segment.base_offset and (upper is None or c.last_offset < upper)
+            ]
+            if mine or len(kept) != len(segment.txn_index.entries):
+                segment.txn_index.rewrite(kept + mine)
+        return len(replayed)
+
+    # ---- transactions ----------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, or the high watermark."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None else min(first, hw)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> AppendResult:
+        """Append a COMMIT or ABORT marker for a producer's transaction on this partition.
+
+        Writing one again after a crash is harmless: with no open transaction it ends
+        nothing. An ABORT that ends a transaction adds an entry to the `.txnindex`.
+        """
+        batch = build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=self.clock.now_ms(),
+        )
+        header = parse_header(batch)._replace(base_offset=self.log_end_offset)
+        plan = self.producer_state.plan()
+        completed = plan.add_marker(header, not commit, coordinator_epoch)
+        result = self._write([header], batch, plan)
+        if completed is not None and completed.aborted:
+            self.active.txn_index.append(
+                AbortedTxn(
+                    producer_id, completed.first_offset, header.base_offset, self.last_stable_offset
+                )
+            )
+        return result
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping [start, end)."""
+        out: list[tuple[int, int]] = []
+        for segment in self.segments:
+            if segment.base_offset >= end:
+                break
+            for entry in segment.txn_index.entries:
+                if entry.last_offset >= start and entry.first_offset < end:
+                    out.append((entry.producer_id, entry.first_offset))
+        return out
 
     def close(self) -> None:
         """Close after a flush: the producer snapshot at the end spares the next start a

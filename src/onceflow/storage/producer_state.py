@@ -102,6 +102,16 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == (last_seq + 1) % SEQUENCE_MODULUS
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended on this partition."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
 class AppendPlan:
     """Producer state changes of one append, checked against the state but not yet applied.
 
@@ -181,8 +191,53 @@ class AppendPlan:
             entry.txn_first_offset = header.base_offset
         self.updated[header.producer_id] = entry
 
+    def add_marker(
+        self, header: BatchHeader, aborted: bool, coordinator_epoch: int
+    ) -> CompletedTxn | None:
+        """Record a COMMIT or ABORT marker at its assigned offset; return the transaction
+        it ended, if the producer had one open here.
+
+        A marker may carry a bumped epoch (a fence or a timeout abort): from then on the
+        producer's older epoch is rejected here, which is what fences a zombie's writes.
+        """
+        entry = self._entry(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker epoch {header.producer_epoch} of producer {header.producer_id} is "
+                f"older than the current epoch {entry.epoch}",
+            )
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"marker from coordinator epoch {coordinator_epoch} after epoch "
+                f"{entry.coordinator_epoch}",
+            )
+        if entry is None or header.producer_epoch > entry.epoch:
+            updated = ProducerEntry(header.producer_id, header.producer_epoch)
+            if entry is not None:
+                updated.txn_first_offset = entry.txn_first_offset
+        else:
+            updated = entry.copy()
+        completed = None
+        if updated.txn_first_offset != NO_TXN:
+            completed = CompletedTxn(
+                header.producer_id, updated.txn_first_offset, header.base_offset, aborted
+            )
+        updated.txn_first_offset = NO_TXN
+        updated.coordinator_epoch = coordinator_epoch
+        updated.last_timestamp = header.max_timestamp
+        self.updated[header.producer_id] = updated
+        return completed
+
     def apply(self) -> None:
-        self._manager.producers.update(self.updated)
+        manager = self._manager
+        manager.producers.update(self.updated)
+        for pid, entry in self.updated.items():
+            if entry.txn_first_offset == NO_TXN:
+                manager.ongoing.pop(pid, None)
+            else:
+                manager.ongoing[pid] = entry.txn_first_offset
 
 
 class ProducerStateManager:
@@ -190,19 +245,38 @@ class ProducerStateManager:
         self.fs = fs
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        # producer id -> first offset of its open transaction here (the LSO's candidates)
+        self.ongoing: dict[int, int] = {}
         self.map_end_offset = 0  # the state covers every batch below this offset
 
     def plan(self) -> AppendPlan:
         return AppendPlan(self)
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Rebuild state from batches already in the log (no validation: they were)."""
+    def replay(
+        self, batches: Iterable[tuple[BatchHeader, tuple[bool, int] | None]]
+    ) -> list[CompletedTxn]:
+        """Rebuild state from batches already in the log (no validation: they were).
+
+        Each control batch comes with (is it an ABORT, its coordinator epoch); data batches
+        with None. Returns the transactions the replayed markers completed.
+        """
         plan = self.plan()
-        for header in headers:
-            if header.has_producer_id and not header.is_control:
+        completed: list[CompletedTxn] = []
+        for header, marker in batches:
+            if header.is_control:
+                if marker is not None:
+                    done = plan.add_marker(header, marker[0], marker[1])
+                    if done is not None:
+                        completed.append(done)
+            elif header.has_producer_id:
                 plan.add(header)
             self.map_end_offset = header.next_offset
         plan.apply()
+        return completed
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None."""
+        return min(self.ongoing.values()) if self.ongoing else None
 
     def advance(self, next_offset: int) -> None:
         self.map_end_offset = next_offset
@@ -219,6 +293,13 @@ class ProducerStateManager:
         for pid in expired:
             del self.producers[pid]
         return len(expired)
+
+    def _reset_ongoing(self) -> None:
+        self.ongoing = {
+            pid: e.txn_first_offset
+            for pid, e in self.producers.items()
+            if e.txn_first_offset != NO_TXN
+        }
 
     # ---- snapshots -------------------------------------------------------------------
 
@@ -257,8 +338,10 @@ class ProducerStateManager:
                 self.fs.remove(path)
                 continue
             self.map_end_offset = offset
+            self._reset_ongoing()
             return offset
         self.producers = {}
+        self.ongoing = {}
         self.map_end_offset = 0
         return 0
 

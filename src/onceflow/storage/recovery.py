@@ -51,7 +51,11 @@ def open_partition(
     # Orphan indexes of a segment whose .log is gone are removed too.
     for name in names:
         stem, _, suffix = name.partition(".")
-        if suffix in ("index", "timeindex") and stem.isdigit() and int(stem) not in bases:
+        if (
+            suffix in ("index", "timeindex", "txnindex")
+            and stem.isdigit()
+            and int(stem) not in bases
+        ):
             fs.remove(os.path.join(directory, name))
     interval = config.index_interval_bytes
     segments = [LogSegment(fs, directory, base, interval) for base in bases]

@@ -20,7 +20,7 @@ from onceflow.records.batch import (
     scan_batches,
 )
 from onceflow.storage.fs import FileHandle, FileSystem
-from onceflow.storage.indexes import OffsetIndex, TimeIndex
+from onceflow.storage.indexes import OffsetIndex, TimeIndex, TxnIndex
 
 # How much to read at once when walking headers forward from an index entry.
 _SCAN_WINDOW = 16 * 1024
@@ -51,6 +51,9 @@ class LogSegment:
         )
         self.time_index = TimeIndex(
             fs, os.path.join(directory, segment_name(base_offset, ".timeindex")), base_offset
+        )
+        self.txn_index = TxnIndex(
+            fs, os.path.join(directory, segment_name(base_offset, ".txnindex"))
         )
         self.size = self.log.size()
         self.next_offset = base_offset  # one past the last offset held
@@ -261,13 +264,16 @@ class LogSegment:
         self.log.fsync()
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
 
     def close(self) -> None:
         self.log.close()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
+        for path in paths:
             self.fs.remove(path)

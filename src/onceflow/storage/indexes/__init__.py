@@ -2,5 +2,6 @@
 
 from onceflow.storage.indexes.offset import OffsetIndex
 from onceflow.storage.indexes.time import TimeIndex
+from onceflow.storage.indexes.txn import AbortedTxn, TxnIndex
 
-__all__ = ["OffsetIndex", "TimeIndex"]
+__all__ = ["AbortedTxn", "OffsetIndex", "TimeIndex", "TxnIndex"]

@@ -1,0 +1,73 @@
+"""`.txnindex`: the aborted transactions whose ABORT marker is in this segment.
+
+Kafka's layout: 34-byte entries of version (int16, 0), producer id (int64), first offset,
+last offset (the marker's) and the last stable offset when it was written (int64 each).
+read_committed fetches return the entries that overlap what they read, so consumers can
+drop the aborted records. Derived data: recovery rebuilds it by replaying markers.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from onceflow.storage.fs import FileHandle, FileSystem
+
+ENTRY = struct.Struct(">hqqqq")
+VERSION = 0
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TxnIndex:
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        self.path = path
+        self._fs = fs
+        self.entries: list[AbortedTxn] = []
+        self._file: FileHandle | None = None
+
+    def load(self) -> bool:
+        """Read the file; False when it is not sane (then the caller replays markers)."""
+        if not self._fs.exists(self.path):
+            self.entries = []
+            return True
+        raw = self._fs.read_file(self.path)
+        if len(raw) % ENTRY.size:
+            return False
+        entries: list[AbortedTxn] = []
+        for version, pid, first, last, lso in ENTRY.iter_unpack(raw):
+            if version != VERSION or first > last or (entries and last < entries[-1].last_offset):
+                return False
+            entries.append(AbortedTxn(pid, first, last, lso))
+        self.entries = entries
+        return True
+
+    def append(self, entry: AbortedTxn) -> None:
+        self.entries.append(entry)
+        if self._file is None:
+            self._file = self._fs.open(self.path)
+        self._file.append(ENTRY.pack(VERSION, *entry))
+
+    def rewrite(self, entries: list[AbortedTxn]) -> None:
+        self.close()
+        self.entries = list(entries)
+        if entries:
+            self._fs.write_file_atomic(
+                self.path, b"".join(ENTRY.pack(VERSION, *e) for e in entries)
+            )
+        else:
+            self._fs.remove(self.path)
+
+    def fsync(self) -> None:
+        if self._file is not None:
+            self._file.fsync()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
