@@ -7,6 +7,8 @@ files into a SimFileSystem and damage them in every way a crash or a disk can.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from onceflow.clock import ManualClock
@@ -34,7 +36,7 @@ PID = 1000
 
 def open_log(fs: SimFileSystem | None = None, *, clean: bool = False) -> PartitionLog:
     plog, _ = open_partition(
-        fs or SimFileSystem(), DIR, "t", 0, LogConfig(), ManualClock(), 0, clean
+        fs or SimFileSystem(), DIR, "t", 0, LogConfig(), ManualClock(0), 0, clean
     )
     return plog
 
@@ -79,11 +81,16 @@ def seqs(plog: PartitionLog, pid: int = PID) -> list[tuple[int, int]]:
 
 
 def full_replay(plog: PartitionLog) -> dict[int, ProducerEntry]:
-    """Producer state from every batch in the log, ignoring snapshots."""
-    scratch = ProducerStateManager(SimFileSystem(), "/scratch")
-    for segment in plog.segments:
-        scratch.replay([location.header for location in segment.read_headers()])
-    return scratch.producers
+    """Producer state rebuilt from the whole log: on a copy of the disk, every snapshot is
+    deleted and the partition reopened."""
+    assert isinstance(plog.fs, SimFileSystem)
+    clone = copy.deepcopy(plog.fs)
+    for name in clone.listdir(DIR):
+        if name.endswith(".snapshot"):
+            clone.remove(f"{DIR}/{name}")
+    rebuilt, stats = open_partition(clone, DIR, "t", 0, LogConfig(), ManualClock(0), 0, False)
+    assert rebuilt.log_end_offset == plog.log_end_offset
+    return rebuilt.producer_state.producers
 
 
 # ---- the rules on append -----------------------------------------------------------------
@@ -193,28 +200,30 @@ def test_an_unknown_producer_with_a_sequence_above_zero_is_unknown_producer_id()
     assert PID not in plog.producer_state.producers
 
 
+def seed(plog: PartitionLog, first_seq: int, last_seq: int, pid: int = PID) -> None:
+    """Pretend a producer has been sending for a long time: its last batch is this one."""
+    entry = ProducerEntry(pid, 0, last_timestamp=1_000)
+    entry.batches.append(BatchMetadata(first_seq, last_seq, 0, 0, 1_000))
+    plog.producer_state.producers[pid] = entry
+
+
 def test_sequences_wrap_at_the_int32_maximum() -> None:
     plog = open_log()
-    send(plog, batch(0))
-    # Pretend the producer has been sending for a long time: its last batch ends just
-    # below the wrap point.
-    entry = plog.producer_state.producers[PID]
-    entry.batches.clear()
-    entry.batches.append(BatchMetadata(MAX_SEQ - 5, MAX_SEQ - 2, 0, 0, 1_000))
+    seed(plog, MAX_SEQ - 5, MAX_SEQ - 2)
     wrapping = batch(MAX_SEQ - 1, 4)  # sequences MAX-1, MAX, 0, 1
     result = send(plog, wrapping)
     assert seqs(plog)[-1] == (MAX_SEQ - 1, 1)
     assert rejected(plog, batch(MAX_SEQ)) == ErrorCode.out_of_order_sequence_number
-    assert send(plog, wrapping).duplicate
-    assert send(plog, wrapping).first_offset == result.first_offset
+    retry = send(plog, wrapping)
+    assert retry.duplicate
+    assert (retry.first_offset, retry.last_offset) == (result.first_offset, result.last_offset)
     assert not send(plog, batch(2)).duplicate
-    # Exactly at the maximum: the next batch starts at 0.
-    entry.batches.append(BatchMetadata(MAX_SEQ - 9, MAX_SEQ - 1, 0, 0, 1_000))
-    plog.producer_state.producers[PID] = entry
-    send(plog, batch(MAX_SEQ))
-    assert rejected(plog, batch(1)) == ErrorCode.out_of_order_sequence_number
-    send(plog, batch(0))
-    assert seqs(plog)[-2:] == [(MAX_SEQ, MAX_SEQ), (0, 0)]
+    # Last sequence exactly at the maximum: the next batch starts at 0, never at 2^31.
+    seed(plog, MAX_SEQ - 9, MAX_SEQ - 1, pid=2)
+    send(plog, batch(MAX_SEQ, pid=2))
+    assert rejected(plog, batch(1, pid=2)) == ErrorCode.out_of_order_sequence_number
+    send(plog, batch(0, pid=2))
+    assert seqs(plog, 2)[-2:] == [(MAX_SEQ, MAX_SEQ), (0, 0)]
 
 
 def test_batches_of_one_request_are_checked_in_order_and_all_or_nothing() -> None:
@@ -288,7 +297,9 @@ def sample_state() -> dict[int, ProducerEntry]:
     idle = ProducerEntry(5, 0, coordinator_epoch=3, last_timestamp=77)
     busy = ProducerEntry(1 << 40, 32_767, last_timestamp=-1, txn_first_offset=123)
     for i in range(7):
-        busy.batches.append(BatchMetadata(MAX_SEQ - 3 + i, i, 1_000 + i, i % 3, -5 + i))
+        busy.batches.append(
+            BatchMetadata((MAX_SEQ - 3 + i) % (1 << 31), i, 1_000 + i, i % 3, -5 + i)
+        )
     one = ProducerEntry(0, 1, last_timestamp=1 << 60)
     one.batches.append(BatchMetadata(0, 0, 0, 0, 1 << 60))
     return {e.producer_id: e for e in (idle, busy, one)}
@@ -409,7 +420,9 @@ def test_only_the_newest_two_snapshots_are_kept() -> None:
 
 def test_a_roll_snapshots_the_state_before_the_append_that_rolled() -> None:
     fs = SimFileSystem()
-    plog, _ = open_partition(fs, DIR, "t", 0, LogConfig(segment_bytes=200), ManualClock(), 0, False)
+    plog, _ = open_partition(
+        fs, DIR, "t", 0, LogConfig(segment_bytes=100), ManualClock(0), 0, False
+    )
     send(plog, batch(0, 2))
     send(plog, batch(2))  # rolls first: the snapshot at 2 holds only the first batch
     assert [s.base_offset for s in plog.segments] == [0, 2]
@@ -451,30 +464,33 @@ def test_clean_restart_loads_the_shutdown_snapshot_and_replays_nothing() -> None
     plog.flush()
     expected = {pid: e.copy() for pid, e in plog.producer_state.producers.items()}
     plog.close()
-    plog, stats = open_partition(fs, DIR, "t", 0, LogConfig(), ManualClock(), 4, True)
+    plog, stats = open_partition(fs, DIR, "t", 0, LogConfig(), ManualClock(0), 4, True)
     assert stats.batches_replayed == 0
     assert plog.producer_state.producers == expected
     assert plog.producer_state.snapshot_offsets() == [2, 4]
 
 
-def test_replay_skips_control_batches_and_plain_batches() -> None:
+def test_replay_adds_data_batches_and_markers_and_skips_plain_batches() -> None:
     manager = ProducerStateManager(SimFileSystem(), DIR)
     marker = build_control_batch(
         ControlType.COMMIT,
         producer_id=PID,
         producer_epoch=0,
-        coordinator_epoch=0,
-        timestamp_ms=1,
+        coordinator_epoch=4,
+        timestamp_ms=1_500,
         base_offset=12,
     )
-    data = batch(0) + build_batch([(None, b"x", ())], timestamp_ms=1)
+    data = batch(0, txn=True) + build_batch([(None, b"x", ())], timestamp_ms=1)
     headers = validate_produced_batches(data, 1 << 20)
-    placed = [
-        headers[0]._replace(base_offset=10),
-        headers[1]._replace(base_offset=11),
-        parse_header(marker),
-    ]
-    manager.replay(placed)
+    manager.replay(
+        [
+            (headers[0]._replace(base_offset=10), None),
+            (headers[1]._replace(base_offset=11), None),
+            (parse_header(marker), (False, 4)),
+        ]
+    )
     assert manager.map_end_offset == 13
     assert list(manager.producers) == [PID]
-    assert list(manager.producers[PID].batches) == [BatchMetadata(0, 0, 10, 0, 1_000)]
+    entry = manager.producers[PID]
+    assert list(entry.batches) == [BatchMetadata(0, 0, 10, 0, 1_000)]
+    assert (entry.txn_first_offset, entry.coordinator_epoch) == (NO_TXN, 4)

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.purgatory import FetchPurgatory
@@ -18,10 +18,15 @@ from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.coordinator import GroupCoordinator
+from onceflow.coordinator.group.log import LogEntry, decode_entries
+from onceflow.coordinator.transaction.coordinator import (
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+)
+from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
-from onceflow.records.batch import validate_produced_batches
-from onceflow.records.record import decode_records
+from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
@@ -34,7 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
+COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
+INTERNAL_SEGMENT_BYTES = str(100 * 1024 * 1024)
 
 
 class Broker:
@@ -55,10 +63,22 @@ class Broker:
         self.purgatory = FetchPurgatory()
         self.cleaner = LogCleaner()
         self.producer_ids = ProducerIdManager(self.fs, self.log_dir)
+        self.txn_coordinator = TransactionCoordinator(
+            _TxnTopicLog(self),
+            self,
+            self.producer_ids,
+            self.clock,
+            TxnCoordinatorConfig(
+                num_partitions=config.transaction_state_log_num_partitions,
+                max_timeout_ms=config.transaction_max_timeout_ms,
+                id_expiration_ms=config.transactional_id_expiration_ms,
+            ),
+            coordinator_epoch=0,  # set at start from the durable counter
+        )
         self.connections: set[KafkaConnection] = set()
         self.group_coordinator = GroupCoordinator(
             clock=self.clock,
-            log=_InternalTopicLog(self, OFFSETS_TOPIC),
+            log=_OffsetsTopicLog(self),
             offsets_partitions=config.offsets_topic_num_partitions,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -98,15 +118,21 @@ class Broker:
         self.logs.load()
         self.cluster_id = self._load_meta_properties()
         self.producer_ids.load()
-        if OFFSETS_TOPIC not in self.logs.topics:
-            self.logs.create_topic(
-                OFFSETS_TOPIC,
-                self.config.offsets_topic_num_partitions,
-                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
-                internal=True,
-            )
+        for topic, partitions in (
+            (OFFSETS_TOPIC, self.config.offsets_topic_num_partitions),
+            (TXN_TOPIC, self.config.transaction_state_log_num_partitions),
+        ):
+            if topic not in self.logs.topics:
+                configs = {"cleanup.policy": "compact", "segment.bytes": INTERNAL_SEGMENT_BYTES}
+                self.logs.create_topic(topic, partitions, configs, internal=True)
+        self.txn_coordinator.coordinator_epoch = self._next_coordinator_epoch()
         self.flusher.start()
         await self.group_coordinator.load()
+        await self.txn_coordinator.load()
+        self._every(
+            self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
+            self.txn_coordinator.poll,
+        )
         self._every(0.1, self.group_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
@@ -131,11 +157,22 @@ class Broker:
 
     async def stop(self) -> None:
         self.group_coordinator.close()  # parked joins and syncs answer NOT_COORDINATOR
+        await self.txn_coordinator.close()
         for task in self._timers:
             task.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
         await self.flusher.close()
         self.logs.shutdown()
+
+    def _next_coordinator_epoch(self) -> int:
+        """The transaction coordinator's epoch grows at every start and is durable, so a
+        marker from an earlier incarnation can be told apart (and refused)."""
+        path = os.path.join(self.log_dir, COORDINATOR_EPOCH_FILE)
+        epoch = 0
+        if self.fs.exists(path):
+            epoch = int(self.fs.read_file(path).decode().strip() or "0") + 1
+        self.fs.write_file_atomic(path, f"{epoch}\n".encode())
+        return epoch
 
     def _load_meta_properties(self) -> str:
         """Kafka's meta.properties: the cluster id is made once and kept."""
@@ -212,50 +249,109 @@ class Broker:
         self.purgatory.notify((plog.topic, plog.partition))
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
-        return plog.high_watermark
+        return plog.last_stable_offset
 
     def aborted_transactions(
         self, plog: PartitionLog, fetch_offset: int, region: FileRegion | None
     ) -> tuple[tuple[int, int], ...]:
-        return ()
+        if region is None:
+            return ()
+        return tuple(plog.aborted_between(fetch_offset, plog.last_stable_offset))
 
-    async def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
-        """Append a batch the broker built itself; return once it is durable."""
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: frozenset[TopicPartition],
+    ) -> None:
+        """The MarkerWriter of the transaction coordinator: one broker, so no
+        WriteTxnMarkers round trip; every marker is durable before this returns."""
+        written: list[tuple[PartitionLog, int]] = []
+        for topic, partition in sorted(partitions):
+            plog = self.logs.get(topic, partition)
+            if plog is None:
+                continue  # the topic was deleted: nothing left to mark
+            try:
+                result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+            except KafkaError as exc:
+                # The partition already moved past this transaction (newer epoch or
+                # coordinator): there is nothing left for this marker to end.
+                log.warning("marker for %s-%d skipped: %s", topic, partition, exc)
+                continue
+            self.appended(plog)
+            written.append((plog, result.last_offset))
+        for plog, offset in written:
+            if plog.config.durable:
+                await self.flusher.durable(plog, offset)
+            if plog.topic == OFFSETS_TOPIC:
+                self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
+
+    def verify_transactional(
+        self, transactional_id: str | None, header: BatchHeader, topic: str, partition: int
+    ) -> None:
+        self.txn_coordinator.verify(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+        )
+
+    async def append_internal(
+        self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> int:
+        """Append a batch the broker built itself; return once it is durable.
+
+        A transactional batch (a TxnOffsetCommit) passes the same KIP-890 check as a
+        produced one: its partition must be in the producer's ongoing transaction.
+        """
         plog = self.logs.get(topic, partition)
         if plog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
         headers = validate_produced_batches(batch, 1 << 30)
-        result = plog.append_batches(batch, headers)
+        if headers[0].is_transactional:
+            self.verify_transactional(transactional_id, headers[0], topic, partition)
+        result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
         if plog.config.durable:
             await self.flusher.durable(plog, result.last_offset)
         return result.first_offset
 
-    def read_internal(
-        self, topic: str, partition: int
-    ) -> Iterable[tuple[bytes | None, bytes | None]]:
-        """Every record of an internal partition, oldest first (coordinator loading)."""
+    def read_internal(self, topic: str, partition: int) -> Iterator[LogEntry]:
+        """Every record of an internal partition, markers included, oldest first."""
         plog = self.logs.get(topic, partition)
         if plog is None:
             return
         for segment in plog.segments:
             for location in segment.read_headers():
-                batch = segment.read_bytes(location.position, location.header.size)
-                if location.header.is_control:
-                    continue
-                for record in decode_records(batch):
-                    yield record.key, record.value
+                yield from decode_entries(
+                    segment.read_bytes(location.position, location.header.size)
+                )
 
 
-class _InternalTopicLog:
+class _OffsetsTopicLog:
     """The OffsetsLog the group coordinator persists through."""
 
-    def __init__(self, broker: Broker, topic: str) -> None:
+    def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._topic = topic
+
+    def append(
+        self, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> Awaitable[int]:
+        return self._broker.append_internal(OFFSETS_TOPIC, partition, batch, transactional_id)
+
+    def read(self, partition: int) -> Iterable[LogEntry]:
+        return self._broker.read_internal(OFFSETS_TOPIC, partition)
+
+
+class _TxnTopicLog:
+    """The TxnLog the transaction coordinator persists through."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
 
     def append(self, partition: int, batch: bytes) -> Awaitable[int]:
-        return self._broker.append_internal(self._topic, partition, batch)
+        return self._broker.append_internal(TXN_TOPIC, partition, batch)
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        return self._broker.read_internal(self._topic, partition)
+        for entry in self._broker.read_internal(TXN_TOPIC, partition):
+            if entry.control is None:
+                yield entry.key, entry.value

@@ -130,7 +130,11 @@ class AppendPlan:
         return entry
 
     def duplicate_of(self, header: BatchHeader) -> BatchMetadata | None:
-        entry = self._entry(header.producer_id)
+        # Only the stored state holds duplicates, as in Kafka. A batch planned earlier in
+        # the same request has no offsets yet: matching it answered "duplicate" with offsets
+        # that were never written (and dropped the request). A copy within one request is
+        # now out of order at check().
+        entry = self._manager.producers.get(header.producer_id)
         return entry.find_duplicate(header) if entry is not None else None
 
     def check(self, header: BatchHeader) -> None:

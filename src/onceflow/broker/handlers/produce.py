@@ -44,6 +44,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 headers = validate_produced_batches(records, plog.config.max_message_bytes)
                 if plog.config.cleanup_compact:
                     require_keys(records, headers)
+                if any(h.is_transactional for h in headers):
+                    broker.verify_transactional(
+                        request.transactional_id, headers[0], topic_data.name, data.index
+                    )
                 result = plog.append_batches(records, headers)
                 base_offset, log_start = result.first_offset, result.log_start_offset
                 broker.appended(plog)

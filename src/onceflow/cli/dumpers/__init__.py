@@ -3,7 +3,7 @@
 Importing this package registers every built-in dumper; see `registry` for adding more.
 """
 
-from onceflow.cli.dumpers import indexes, segment
+from onceflow.cli.dumpers import indexes, segment, snapshot
 from onceflow.cli.dumpers.registry import (
     DumpOptions,
     base_offset_of,
@@ -19,5 +19,6 @@ __all__ = [
     "indexes",
     "known_suffixes",
     "segment",
+    "snapshot",
     "suffixes_in_directory",
 ]

@@ -2,10 +2,15 @@
 
 Committed offsets are keyed by (topic, partition) and carry the position of their record in
 `__consumer_offsets` (`log_seq`). Ordinary commits become visible once their append is
-durable; transactional commits (TxnOffsetCommit, added later) are written at once but stay in
+durable; transactional commits (TxnOffsetCommit) are written at once but stay in
 `pending_txn` under their producer id until the transaction's marker arrives, and then only
 replace a committed offset whose record is older. Comparing record positions, not arrival
 order, is what keeps a late-materialised transaction from hiding a newer plain commit.
+
+A transactional append still in flight is a TxnAppend. If the transaction ends while it is
+in flight (the coordinator aborted it on a timeout, say), the outcome is kept on it and
+applied when the append finishes, so the offsets never linger as pending for a transaction
+that is already over.
 """
 
 from __future__ import annotations
@@ -22,6 +27,16 @@ class CommittedOffset:
     log_seq: int  # order of its record in the group's __consumer_offsets partition
 
 
+@dataclass(slots=True)
+class TxnAppend:
+    """Offsets of one TxnOffsetCommit whose append has not finished yet."""
+
+    producer_id: int
+    offsets: dict[TopicPartition, CommittedOffset]
+    outcome: bool | None = None  # set if the transaction ended meanwhile: True = committed
+    done: bool = False
+
+
 class GroupOffsets:
     def __init__(self) -> None:
         self.committed: dict[TopicPartition, CommittedOffset] = {}
@@ -29,6 +44,7 @@ class GroupOffsets:
         self._in_flight: dict[TopicPartition, int] = {}
         # producer id -> offsets written inside its open transaction.
         self.pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = {}
+        self._txn_appends: list[TxnAppend] = []
 
     def get(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         entry = self.committed.get(tp)
@@ -38,7 +54,15 @@ class GroupOffsets:
         return {tp: entry.value for tp, entry in self.committed.items()}
 
     def has_offsets(self) -> bool:
-        return bool(self.committed or self._in_flight or self.pending_txn)
+        return bool(self.committed or self._in_flight or self.pending_txn or self._txn_appends)
+
+    def is_unstable(self, tp: TopicPartition) -> bool:
+        """A commit of this partition is not settled yet (OffsetFetch's require_stable).
+
+        Like Kafka's classic coordinator this covers plain commits still being written as
+        well as transactional ones waiting for their marker.
+        """
+        return tp in self._in_flight or self.has_pending_txn_for(tp)
 
     # -- ordinary commits: prepare before the append, complete after it
 
@@ -68,10 +92,35 @@ class GroupOffsets:
         entry = self.committed.pop(tp, None)
         return None if entry is None else entry.value
 
-    # -- transactional commits (TxnOffsetCommit and markers build on these)
+    # -- transactional commits: TxnOffsetCommit, then the transaction's marker
 
     def add_pending_txn(self, producer_id: int, tp: TopicPartition, entry: CommittedOffset) -> None:
         self.pending_txn.setdefault(producer_id, {})[tp] = entry
+
+    def begin_txn_append(
+        self, producer_id: int, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> TxnAppend:
+        """Track a TxnOffsetCommit whose batch is being appended."""
+        append = TxnAppend(producer_id, offsets)
+        self._txn_appends.append(append)
+        return append
+
+    def finish_txn_append(self, append: TxnAppend, *, appended: bool) -> None:
+        """The append finished: its offsets become pending, or settle if the txn already ended.
+
+        A failed append leaves nothing behind. Calling this twice is a no-op.
+        """
+        if append.done:
+            return
+        append.done = True
+        self._txn_appends.remove(append)
+        if not appended or append.outcome is False:
+            return
+        for tp, entry in append.offsets.items():
+            if append.outcome is None:
+                self.add_pending_txn(append.producer_id, tp, entry)
+            else:
+                self.put(tp, entry)
 
     def complete_txn(self, producer_id: int, *, commit: bool) -> None:
         """A commit marker materialises the producer's offsets; an abort drops them."""
@@ -79,9 +128,19 @@ class GroupOffsets:
         if commit:
             for tp, entry in offsets.items():
                 self.put(tp, entry)
+        for append in self._txn_appends:
+            if append.producer_id == producer_id and append.outcome is None:
+                append.outcome = commit
 
     def has_pending_txn_for(self, tp: TopicPartition) -> bool:
-        return any(tp in offsets for offsets in self.pending_txn.values())
+        return any(tp in offsets for offsets in self.pending_txn.values()) or any(
+            tp in a.offsets for a in self._txn_appends if a.outcome is None
+        )
+
+    def has_pending_txn_from(self, producer_id: int) -> bool:
+        return producer_id in self.pending_txn or any(
+            a.producer_id == producer_id for a in self._txn_appends
+        )
 
     # -- retention
 
@@ -94,12 +153,15 @@ class GroupOffsets:
     ) -> list[TopicPartition]:
         """Partitions whose offsets outlived their retention, skipping busy and kept ones.
 
+        A partition with a transactional commit pending is busy too: its marker may still
+        make the pending offset the committed one.
+
         A commit with its own expire timestamp (OffsetCommit v2-v4 retention_time) expires
         then; any other expires `retention_ms` after `base_timestamp(offset)`.
         """
         out = []
         for tp, entry in self.committed.items():
-            if tp.topic in keep_topics or tp in self._in_flight:
+            if tp.topic in keep_topics or tp in self._in_flight or self.has_pending_txn_for(tp):
                 continue
             value = entry.value
             if value.expire_timestamp_ms is not None:

@@ -1,0 +1,434 @@
+"""The transaction coordinator: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn.
+
+Every state change of a transactional id is a record in `__transaction_state`, written before
+it takes effect (two-step transitions, see metadata.py). Ending a transaction is:
+PrepareCommit/PrepareAbort logged (the client is answered), then a COMMIT/ABORT marker
+written to every partition of the transaction, then CompleteCommit/CompleteAbort logged.
+After a crash, loading the log finds transactions stuck in a Prepare state and finishes
+them; markers written twice are harmless.
+
+Zombies are fenced by epochs: a new producer with the same transactional id, or the timeout
+of a stalled transaction, bumps the epoch, and the abort markers carry the bumped epoch to
+every partition, where the older epoch is rejected from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from onceflow.clock import Clock
+from onceflow.coordinator.group.offsets import java_string_hash
+from onceflow.coordinator.transaction.log import (
+    CorruptTxnRecord,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from onceflow.coordinator.transaction.metadata import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TransactionMetadata,
+    TxnTransit,
+)
+from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
+from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.records.builder import build_batch
+
+log = logging.getLogger(__name__)
+
+# How long to wait before retrying markers or a log append that failed.
+RETRY_BACKOFF_S = 0.2
+
+
+class TxnLog(Protocol):
+    """Where the coordinator persists: the partitions of `__transaction_state`."""
+
+    def append(self, partition: int, batch: bytes) -> Awaitable[object]: ...
+    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]: ...
+
+
+class MarkerWriter(Protocol):
+    """Writes a transaction's markers to its partitions; returns once they are durable."""
+
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: frozenset[TopicPartition],
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorConfig:
+    num_partitions: int = 50
+    max_timeout_ms: int = 900_000
+    id_expiration_ms: int = 604_800_000
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
+    """Kafka's mapping: abs(String.hashCode) (with MIN_VALUE as 0) modulo the count."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        txn_log: TxnLog,
+        markers: MarkerWriter,
+        producer_ids: ProducerIdManager,
+        clock: Clock,
+        config: TxnCoordinatorConfig,
+        coordinator_epoch: int,
+    ) -> None:
+        self._log = txn_log
+        self._markers = markers
+        self._producer_ids = producer_ids
+        self._clock = clock
+        self.config = config
+        self.coordinator_epoch = coordinator_epoch
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def partition_for(self, transactional_id: str) -> int:
+        return txn_partition_for(transactional_id, self.config.num_partitions)
+
+    # ---- loading ---------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Rebuild every transactional id from the log, then finish what was decided."""
+        for partition in range(self.config.num_partitions):
+            for key, value in self._log.read(partition):
+                if key is None:
+                    continue
+                try:
+                    txn_id = decode_key(key)
+                    if value is None:
+                        self.txns.pop(txn_id, None)
+                    else:
+                        self.txns[txn_id] = TransactionMetadata(decode_value(txn_id, value))
+                except CorruptTxnRecord as exc:
+                    log.error("skipping a corrupt transaction-log record: %s", exc)
+        for meta in self.txns.values():
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info(
+                    "finishing %s of %s after restart", meta.state.display, meta.transactional_id
+                )
+                self._spawn(self._finish(meta, meta.state == TxnState.PREPARE_COMMIT))
+
+    # ---- the APIs --------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int = NO_PRODUCER_ID,
+        expected_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitResult:
+        if not transactional_id:
+            return InitResult(ErrorCode.invalid_request)
+        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+            return InitResult(ErrorCode.invalid_transaction_timeout)
+        now = self._clock.now_ms()
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            meta = TransactionMetadata(
+                TxnTransit(
+                    transactional_id,
+                    self._producer_ids.next_id(),
+                    NO_PRODUCER_ID,
+                    NO_PRODUCER_EPOCH,
+                    NO_PRODUCER_EPOCH,
+                    timeout_ms,
+                    TxnState.EMPTY,
+                    frozenset(),
+                    -1,
+                    now,
+                )
+            )
+            self.txns[transactional_id] = meta
+        if meta.pending is not None:
+            return InitResult(ErrorCode.concurrent_transactions)
+        expected = expected_producer_id != NO_PRODUCER_ID
+        if expected and not _valid_producer_id(meta, expected_producer_id, expected_epoch):
+            return InitResult(ErrorCode.producer_fenced)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return InitResult(ErrorCode.concurrent_transactions)
+        if meta.state == TxnState.ONGOING:
+            # A new instance fences the old one: abort its transaction at a bumped epoch,
+            # and have the new one retry once the abort is complete.
+            error = await self._fence_and_abort(meta)
+            return InitResult(
+                error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
+            )
+        if meta.epoch_exhausted and (not expected or expected_epoch == meta.producer_epoch):
+            changes: dict[str, object] = {
+                "producer_id": self._producer_ids.next_id(),
+                "last_producer_id": meta.producer_id,
+                "producer_epoch": 0,
+                "last_producer_epoch": meta.producer_epoch if expected else NO_PRODUCER_EPOCH,
+            }
+        else:
+            bumped = _bump_epoch(meta, expected, expected_epoch)
+            if bumped is None:
+                return InitResult(ErrorCode.producer_fenced)
+            changes = {"producer_epoch": bumped[0], "last_producer_epoch": bumped[1]}
+        error = await self._transition(
+            meta,
+            TxnState.EMPTY,
+            timeout_ms=timeout_ms,
+            partitions=frozenset(),
+            start_ms=-1,
+            update_ms=now,
+            **changes,
+        )
+        if error is not ErrorCode.none:
+            return InitResult(error)
+        return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> ErrorCode:
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return error
+        if meta.pending is not None or meta.state in (
+            TxnState.PREPARE_COMMIT,
+            TxnState.PREPARE_ABORT,
+        ):
+            return ErrorCode.concurrent_transactions
+        wanted = set(partitions)
+        if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
+            return ErrorCode.none
+        now = self._clock.now_ms()
+        starting = meta.state in COMPLETED_STATES
+        return await self._transition(
+            meta,
+            TxnState.ONGOING,
+            partitions=frozenset(wanted if starting else meta.partitions | wanted),
+            start_ms=now if starting else meta.start_ms,
+            update_ms=now,
+        )
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> ErrorCode:
+        meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return error
+        if meta.pending is not None:
+            return ErrorCode.concurrent_transactions
+        state = meta.state
+        if state == TxnState.ONGOING:
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            error = await self._transition(meta, target, update_ms=self._clock.now_ms())
+            if error is ErrorCode.none:
+                self._spawn(self._finish(meta, commit))
+            return error
+        retry_of_same = {
+            TxnState.COMPLETE_COMMIT: (commit, ErrorCode.none),
+            TxnState.COMPLETE_ABORT: (not commit, ErrorCode.none),
+            TxnState.PREPARE_COMMIT: (commit, ErrorCode.concurrent_transactions),
+            TxnState.PREPARE_ABORT: (not commit, ErrorCode.concurrent_transactions),
+        }.get(state)
+        if retry_of_same is not None and retry_of_same[0]:
+            return retry_of_same[1]
+        return ErrorCode.invalid_txn_state
+
+    def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        tp: TopicPartition,
+    ) -> None:
+        """KIP-890 server-side defense: a transactional write is accepted only for a
+        partition of that producer's ongoing transaction at that epoch. A produce that
+        arrives after its transaction ended can therefore never open a new one."""
+        meta = self.txns.get(transactional_id) if transactional_id else None
+        if meta is None or meta.producer_id != producer_id:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"producer {producer_id} has no transaction for transactional id "
+                f"{transactional_id!r}",
+            )
+        if producer_epoch < meta.producer_epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"epoch {producer_epoch} is older than {meta.producer_epoch}",
+            )
+        if (
+            producer_epoch != meta.producer_epoch
+            or meta.state != TxnState.ONGOING
+            or meta.pending is not None
+            or tp not in meta.partitions
+        ):
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"{tp[0]}-{tp[1]} is not part of an ongoing transaction of "
+                f"{transactional_id!r} at epoch {producer_epoch}",
+            )
+
+    # ---- timeouts and expiry ---------------------------------------------------------
+
+    async def poll(self) -> None:
+        """Abort transactions open longer than their timeout; expire idle ids."""
+        if self._closed:
+            return
+        now = self._clock.now_ms()
+        for meta in list(self.txns.values()):
+            if meta.pending is not None:
+                continue
+            if meta.state == TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+                log.info(
+                    "aborting transaction of %s: open for more than %d ms",
+                    meta.transactional_id,
+                    meta.timeout_ms,
+                )
+                await self._fence_and_abort(meta)
+            elif (
+                meta.state in COMPLETED_STATES
+                and now - meta.update_ms >= self.config.id_expiration_ms
+            ):
+                await self._expire(meta)
+
+    async def _expire(self, meta: TransactionMetadata) -> None:
+        transit = meta.prepare(TxnState.DEAD, update_ms=self._clock.now_ms())
+        try:
+            await self._append(transit, tombstone=True)
+        except Exception as exc:
+            meta.abandon()
+            log.warning("could not expire %s: %s", meta.transactional_id, exc)
+            return
+        meta.complete(transit)
+        self.txns.pop(meta.transactional_id, None)
+        log.info("expired transactional id %s", meta.transactional_id)
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _check_producer(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[TransactionMetadata | None, ErrorCode]:
+        if not transactional_id:
+            return None, ErrorCode.invalid_request
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return None, ErrorCode.invalid_producer_id_mapping
+        if producer_epoch != meta.producer_epoch:
+            return None, ErrorCode.producer_fenced
+        return meta, ErrorCode.none
+
+    async def _fence_and_abort(self, meta: TransactionMetadata) -> ErrorCode:
+        """Bump the epoch (PrepareEpochFence, never logged) and abort at the new epoch."""
+        if meta.producer_epoch >= MAX_EPOCH:
+            return ErrorCode.producer_fenced
+        meta.prepare(TxnState.PREPARE_EPOCH_FENCE)  # checks Ongoing -> PrepareEpochFence
+        meta.abandon()
+        error = await self._transition(
+            meta,
+            TxnState.PREPARE_ABORT,
+            producer_epoch=meta.producer_epoch + 1,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            update_ms=self._clock.now_ms(),
+        )
+        if error is ErrorCode.none:
+            self._spawn(self._finish(meta, commit=False))
+        return error
+
+    async def _finish(self, meta: TransactionMetadata, commit: bool) -> None:
+        """Write every marker, then log the Complete state; retry until both succeed."""
+        while not self._closed:
+            try:
+                await self._markers.write_markers(
+                    meta.producer_id,
+                    meta.producer_epoch,
+                    self.coordinator_epoch,
+                    commit,
+                    frozenset(meta.partitions),
+                )
+                break
+            except Exception as exc:
+                log.warning("markers for %s failed, retrying: %s", meta.transactional_id, exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        while not self._closed:
+            error = await self._transition(
+                meta, target, partitions=frozenset(), update_ms=self._clock.now_ms()
+            )
+            if error is ErrorCode.none:
+                return
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _transition(
+        self, meta: TransactionMetadata, state: TxnState, **changes: object
+    ) -> ErrorCode:
+        transit = meta.prepare(state, **changes)
+        try:
+            await self._append(transit)
+        except Exception as exc:
+            meta.abandon()
+            log.warning("transaction log append for %s failed: %s", meta.transactional_id, exc)
+            return ErrorCode.coordinator_not_available
+        meta.complete(transit)
+        return ErrorCode.none
+
+    async def _append(self, transit: TxnTransit, tombstone: bool = False) -> None:
+        key = encode_key(transit.transactional_id)
+        value = None if tombstone else encode_value(transit)
+        batch = build_batch([(key, value, ())], timestamp_ms=self._clock.now_ms())
+        await self._log.append(self.partition_for(transit.transactional_id), batch)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _valid_producer_id(meta: TransactionMetadata, producer_id: int, epoch: int) -> bool:
+    """Whether a KIP-360 client's current id and epoch may bump this transactional id."""
+    return (
+        meta.producer_epoch == NO_PRODUCER_EPOCH
+        or producer_id == meta.producer_id
+        or (producer_id == meta.last_producer_id and epoch >= MAX_EPOCH - 1)
+    )
+
+
+def _bump_epoch(
+    meta: TransactionMetadata, expected: bool, expected_epoch: int
+) -> tuple[int, int] | None:
+    """(new epoch, last epoch) for InitProducerId, or None when the caller is fenced."""
+    if not expected:
+        return meta.producer_epoch + 1, NO_PRODUCER_EPOCH
+    if meta.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == meta.producer_epoch:
+        return meta.producer_epoch + 1, meta.producer_epoch
+    if expected_epoch == meta.last_producer_epoch:
+        return meta.producer_epoch, meta.last_producer_epoch  # a retry of a bump that worked
+    return None

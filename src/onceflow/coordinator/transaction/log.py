@@ -1,0 +1,129 @@
+"""The transaction log's record format, in the compacted topic `__transaction_state`.
+
+Key (big-endian): version int16 = 0, transactional id (int16 length + UTF-8).
+Value, version 1 (a null value is a tombstone: the id expired):
+    version int16 = 1
+    producer id int64, last producer id int64
+    producer epoch int16, last producer epoch int16
+    transaction timeout ms int32
+    state int8 (TxnState: 0 Empty, 1 Ongoing, 2 PrepareCommit, 3 PrepareAbort,
+                4 CompleteCommit, 5 CompleteAbort, 6 Dead, 7 PrepareEpochFence)
+    partitions: int32 topic count, then per topic: name (int16 length + UTF-8),
+                int32 partition count, int32 partitions
+    last update timestamp ms int64, transaction start timestamp ms int64
+
+A transactional id maps to partition abs(Java String.hashCode(id)) % partition count, as in
+Kafka; `onceflow.coordinator.group.offsets` has the same hash for groups.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+
+from onceflow.coordinator.transaction.metadata import TxnTransit
+from onceflow.coordinator.transaction.state import TxnState
+
+KEY_VERSION = 0
+VALUE_VERSION = 1
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_HEAD = struct.Struct(">hqqhhib")
+_TAIL = struct.Struct(">qq")
+
+
+class CorruptTxnRecord(ValueError):
+    """A transaction-log record that does not parse."""
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return _I16.pack(len(data)) + data
+
+
+def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
+    (size,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if size < 0 or pos + size > len(buf):
+        raise CorruptTxnRecord("bad string length")
+    return buf[pos : pos + size].decode(), pos + size
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return _I16.pack(KEY_VERSION) + _string(transactional_id)
+
+
+def decode_key(key: bytes) -> str:
+    try:
+        (version,) = _I16.unpack_from(key, 0)
+        if version != KEY_VERSION:
+            raise CorruptTxnRecord(f"unknown key version {version}")
+        txn_id, end = _read_string(key, 2)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptTxnRecord(str(exc)) from exc
+    if end != len(key):
+        raise CorruptTxnRecord("trailing bytes in key")
+    return txn_id
+
+
+def encode_value(t: TxnTransit) -> bytes:
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, partition in sorted(t.partitions):
+        by_topic[topic].append(partition)
+    parts = [
+        _HEAD.pack(
+            VALUE_VERSION,
+            t.producer_id,
+            t.last_producer_id,
+            t.producer_epoch,
+            t.last_producer_epoch,
+            t.timeout_ms,
+            int(t.state),
+        ),
+        _I32.pack(len(by_topic)),
+    ]
+    for topic, partitions in by_topic.items():
+        parts.append(_string(topic))
+        parts.append(_I32.pack(len(partitions)))
+        parts.extend(_I32.pack(p) for p in partitions)
+    parts.append(_TAIL.pack(t.update_ms, t.start_ms))
+    return b"".join(parts)
+
+
+def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
+    try:
+        version, pid, last_pid, epoch, last_epoch, timeout, state = _HEAD.unpack_from(value, 0)
+        if version != VALUE_VERSION:
+            raise CorruptTxnRecord(f"unknown value version {version}")
+        pos = _HEAD.size
+        (topics,) = _I32.unpack_from(value, pos)
+        pos += 4
+        partitions: set[tuple[str, int]] = set()
+        for _ in range(topics):
+            topic, pos = _read_string(value, pos)
+            (count,) = _I32.unpack_from(value, pos)
+            pos += 4
+            for _ in range(count):
+                (p,) = _I32.unpack_from(value, pos)
+                pos += 4
+                partitions.add((topic, p))
+        update_ms, start_ms = _TAIL.unpack_from(value, pos)
+        pos += _TAIL.size
+        txn_state = TxnState(state)
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        raise CorruptTxnRecord(str(exc)) from exc
+    if pos != len(value):
+        raise CorruptTxnRecord("trailing bytes in value")
+    return TxnTransit(
+        transactional_id,
+        pid,
+        last_pid,
+        epoch,
+        last_epoch,
+        timeout,
+        txn_state,
+        frozenset(partitions),
+        start_ms,
+        update_ms,
+    )
