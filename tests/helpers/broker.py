@@ -18,7 +18,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["TEST_DEFAULT_OVERRIDES", "BrokerProcess", "BrokerStartError", "broker_command"]
+__all__ = [
+    "TEST_DEFAULT_OVERRIDES",
+    "BrokerProcess",
+    "BrokerStartError",
+    "broker_command",
+    "die_with_parent",
+]
 
 # Applied to every test broker unless a test overrides them: no 3 s wait before the first
 # rebalance of a new group (Kafka's default would slow every group test down).
@@ -30,40 +36,24 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_CHARS = 6000
 
-# The fallback launcher, used only while `onceflow.cli.main` cannot be imported.
-_FALLBACK_SCRIPT = (
-    "import sys, logging; logging.basicConfig(level=logging.INFO); "
-    "from onceflow.config import load_broker_config; from onceflow.broker.app import serve; "
-    "ov = dict(a.split('=', 1) for a in sys.argv[3:]); "
-    "ov.update({'log.dirs': sys.argv[1], 'listeners': sys.argv[2]}); "
-    "cfg, _ = load_broker_config(None, ov); sys.exit(serve(cfg))"
-)
-
-
-def _cli_available() -> bool:
-    try:
-        import onceflow.cli.main  # noqa: F401
-    except Exception:
-        return False
-    return True
-
 
 def broker_command(data_dir: str, listener: str, overrides: Mapping[str, str]) -> list[str]:
-    """The one place that knows how to start a broker process."""
-    if _cli_available():
-        cmd = [sys.executable, "-m", "onceflow.cli.main", "serve"]
-        cmd += ["--data-dir", data_dir, "--listener", listener]
-        for key, value in overrides.items():
-            cmd += ["--override", f"{key}={value}"]
-        return cmd
-    return [
-        sys.executable,
-        "-c",
-        _FALLBACK_SCRIPT,
-        data_dir,
-        listener,
-        *(f"{k}={v}" for k, v in overrides.items()),
-    ]
+    """The one place that knows how to start a broker process: `onceflow serve`."""
+    cmd = [sys.executable, "-m", "onceflow.cli.main", "serve"]
+    cmd += ["--data-dir", data_dir, "--listener", listener]
+    for key, value in overrides.items():
+        cmd += ["--override", f"{key}={value}"]
+    return cmd
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies, so a crashed or
+    killed test run never leaves brokers behind (Linux only; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -180,7 +170,12 @@ class BrokerProcess:
             out.write(f"\n=== start #{self.starts}: {' '.join(cmd[:3])} ... ===\n".encode())
             out.flush()
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=die_with_parent,
             )
 
     def _wait_ready(self) -> None:

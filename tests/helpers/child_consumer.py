@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.helpers.broker import die_with_parent
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,6 +69,7 @@ class ChildConsumer:
             stdin=subprocess.DEVNULL,
             cwd=str(REPO_ROOT),
             env=env,
+            preexec_fn=die_with_parent,
         )
         assert self.proc.stdout is not None
         self._sel = selectors.DefaultSelector()

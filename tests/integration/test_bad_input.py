@@ -380,3 +380,54 @@ def test_codec_round_trip_of_our_own_produce_request() -> None:
     header, decoded = codec.decode_request(frame[4:])
     assert (header.api_key, header.api_version, header.correlation_id) == (0, 8, 1)
     assert decoded == req
+
+
+def test_null_client_id_is_accepted(b: BrokerProcess) -> None:
+    """Request header v1 allows a null client id (length -1)."""
+    body = encode_entity(
+        MetadataRequest(
+            topics=(),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    payload = struct.pack(">hhih", 3, 8, 99, -1) + body
+    with RawConnection(b.bootstrap) as conn:
+        conn.send_bytes(struct.pack(">i", len(payload)) + payload)
+        resp = conn.read_response(3, 8, 99)
+        assert [int(x.node_id) for x in resp.brokers] == [0]
+        assert resp.topics == ()
+
+
+def test_metadata_with_an_illegal_topic_name_answers_per_topic(b: BrokerProcess) -> None:
+    good = create_topic(b.bootstrap, partitions=2)
+    with RawConnection(b.bootstrap) as conn:
+        resp = conn.call(
+            MetadataRequest(
+                topics=(
+                    MetadataRequestTopic(name=TopicName("no/slashes allowed")),
+                    MetadataRequestTopic(name=TopicName(good)),
+                ),
+                allow_auto_topic_creation=True,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    by_name = {t.name: t for t in resp.topics}
+    assert by_name["no/slashes allowed"].error_code.value == 17  # INVALID_TOPIC_EXCEPTION
+    assert by_name[good].error_code.value == 0
+    assert len(by_name[good].partitions) == 2
+
+
+def test_many_connections_at_once(b: BrokerProcess) -> None:
+    request = ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    conns = [RawConnection(b.bootstrap) for _ in range(200)]
+    try:
+        for conn in conns:
+            conn.send_request(request)
+        for conn in conns:
+            assert conn.read_response(18, 3, 1).error_code.value == 0
+    finally:
+        for conn in conns:
+            conn.close()

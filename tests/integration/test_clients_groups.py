@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+import pytest
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.child_consumer import ChildConsumer, wait_for
@@ -363,3 +371,32 @@ def test_static_member_rejoining_keeps_its_partitions(shared_broker: BrokerProce
     finally:
         b.close()
         a.close()
+
+
+def test_commit_for_an_unknown_topic_is_refused(shared_broker: BrokerProcess) -> None:
+    c = _group_consumer(shared_broker.bootstrap, _group())
+    try:
+        with pytest.raises(KafkaException) as info:
+            c.commit(offsets=[TopicPartition("no-such-topic-x", 0, 5)], asynchronous=False)
+        assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert committed_offsets(c, "no-such-topic-x", [0]) == {0: -1001}
+    finally:
+        c.close()
+
+
+def test_session_timeout_below_the_broker_minimum_is_refused(shared_broker: BrokerProcess) -> None:
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=1)
+    c = consumer(bs, _group(), **{"session.timeout.ms": 1000, "heartbeat.interval.ms": 100})
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + T
+        err = None
+        while err is None and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is not None:
+                err = m.error()
+        assert err is not None and err.code() == KafkaError.INVALID_SESSION_TIMEOUT, err
+        assert c.assignment() == []
+    finally:
+        c.close()

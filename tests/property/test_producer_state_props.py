@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -241,6 +241,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
 
     def produce(self, request: list[Sent]) -> None:
         expected = decide(self.model(), request, self.end)
+        event(f"{len(request)} batches: {expected[0]} {getattr(expected[1], 'name', '')}")
         data = b"".join(s.data for s in request)
         before = self.plog.log_end_offset
         try:
@@ -282,7 +283,8 @@ class ProducerStateMachine(RuleBasedStateMachine):
         if kind == "retry" and mine:
             # Any earlier batch: one of the last five, an older one, one the log lost in a
             # crash, or one that was rejected.
-            sent = mine[-1 - pick % len(mine)] if pick % 2 else mine[pick % len(mine)]
+            recent = mine[-1 - (pick // 2) % min(6, len(mine))]
+            sent = recent if pick % 2 else mine[(pick // 2) % len(mine)]
         elif kind == "gap":
             sent = self.make(pid, epoch, self.expected_next(pid, epoch) + skip, count)
         elif kind == "stale" and epoch > 0:
@@ -301,10 +303,12 @@ class ProducerStateMachine(RuleBasedStateMachine):
 
     @rule(
         pids=st.lists(st.sampled_from(PIDS), min_size=2, max_size=3),
-        gap_at=st.integers(0, 4),
+        gap_at=st.integers(0, 6),
+        repeat=st.sampled_from([False, False, False, True]),
     )
-    def send_request_of_several(self, pids: list[int], gap_at: int) -> None:
-        """Several batches in one request; the one at `gap_at` (if any) skips a sequence."""
+    def send_request_of_several(self, pids: list[int], gap_at: int, repeat: bool) -> None:
+        """Several batches in one request; the one at `gap_at` (if any) skips a sequence,
+        and with `repeat` the last one is sent twice (out of order: no duplicate yet)."""
         planned = self.model()
         request = []
         for i, pid in enumerate(pids):
@@ -314,6 +318,8 @@ class ProducerStateMachine(RuleBasedStateMachine):
             sent = self.make(pid, epoch, seq + (i == gap_at), 1 + i % 2)
             fold(planned, as_stored(sent, 0))
             request.append(sent)
+        if repeat:
+            request.append(request[-1])
         self.produce(request)
 
     @rule(commit=st.booleans())
@@ -382,7 +388,9 @@ class ProducerStateMachine(RuleBasedStateMachine):
         assert from_log.producer_state.producers == expected, "a whole-log replay differs"
 
 
+# The profile's example count (60 by default, about 2 s; HYPOTHESIS_PROFILE=thorough in
+# tests/property/conftest.py raises it for long runs).
 ProducerStateMachine.TestCase.settings = settings(
-    max_examples=min(settings().max_examples, 40), stateful_step_count=25, deadline=None
+    max_examples=settings().max_examples, stateful_step_count=40, deadline=None
 )
 test_producer_state_against_model = ProducerStateMachine.TestCase

@@ -88,7 +88,7 @@ def full_replay(plog: PartitionLog) -> dict[int, ProducerEntry]:
     for name in clone.listdir(DIR):
         if name.endswith(".snapshot"):
             clone.remove(f"{DIR}/{name}")
-    rebuilt, stats = open_partition(clone, DIR, "t", 0, LogConfig(), ManualClock(0), 0, False)
+    rebuilt, _ = open_partition(clone, DIR, "t", 0, LogConfig(), ManualClock(0), 0, False)
     assert rebuilt.log_end_offset == plog.log_end_offset
     return rebuilt.producer_state.producers
 

@@ -291,6 +291,8 @@ class Broker:
     def verify_transactional(
         self, transactional_id: str | None, header: BatchHeader, topic: str, partition: int
     ) -> None:
+        if not self.config.transaction_partition_verification_enable:
+            return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
         self.txn_coordinator.verify(
             transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
         )

@@ -1,5 +1,5 @@
 """Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups and ListGroups.
+OffsetCommit, TxnOffsetCommit, OffsetFetch, DescribeGroups and ListGroups.
 
 Each handler serves every advertised version of its API: it reads the fields the request's
 version has (older versions simply lack some, e.g. group_instance_id before v5), asks the
@@ -192,6 +192,54 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """TxnOffsetCommit v0-v3: offsets that take effect only if the producer's txn commits.
+
+    v2 adds the leader epoch, v3 the member id, generation and instance id (KIP-447), which
+    older versions lack and the coordinator then does not check.
+    """
+    errors: dict[TopicPartition, ErrorCode] = {}
+    entries: dict[TopicPartition, OffsetCommitEntry] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if not ctx.broker.has_partition(tp.topic, tp.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            entries[tp] = OffsetCommitEntry(
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),  # v2+
+                metadata=p.committed_metadata,
+            )
+    if entries:  # as for OffsetCommit, nothing left to commit skips the coordinator
+        errors |= await _coordinator(ctx).txn_offset_commit(
+            request.transactional_id,
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            getattr(request, "member_id", ""),  # v3+
+            getattr(request, "generation_id", -1),
+            getattr(request, "group_instance_id", None),
+            entries,
+        )
+    topics = tuple(
+        ctx.entity(
+            "TxnOffsetCommitResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                ctx.entity(
+                    "TxnOffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=errors[TopicPartition(topic.name, p.partition_index)],
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     wanted: list[TopicPartition] | None = None
@@ -199,7 +247,11 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         wanted = [
             TopicPartition(t.name, index) for t in request.topics for index in t.partition_indexes
         ]
-    result = _coordinator(ctx).fetch_offsets(request.group_id, wanted)
+    # v7+: read_committed consumers ask not to be given an offset a transaction may change;
+    # such partitions answer UNSTABLE_OFFSET_COMMIT (per partition, as Kafka does) and retry.
+    result = _coordinator(ctx).fetch_offsets(
+        request.group_id, wanted, require_stable=getattr(request, "require_stable", False)
+    )
     if result.error is not ErrorCode.none:
         if version >= 2:  # a group-level error field exists, and the topics stay empty
             return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error, topics=())
@@ -289,6 +341,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LEAVE_GROUP: handle_leave_group,
     ApiKey.OFFSET_COMMIT: handle_offset_commit,
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
 }

@@ -5,6 +5,10 @@ JoinGroup and SyncGroup may wait (for the other members, for the leader's assign
 park a future and return when a later request or `poll()` resolves it. Everything else
 answers at once. The broker calls `await load()` at startup and `await poll()` periodically
 (every 100 ms or so) to expire sessions, finish timed-out rebalances and expire offsets.
+
+Transactions: TxnOffsetCommit writes a transactional batch through `txn_offset_commit`, and
+the broker calls `complete_txn` after each COMMIT or ABORT marker it writes to a
+`__consumer_offsets` partition, which is when those offsets become visible or vanish.
 """
 
 from __future__ import annotations
@@ -350,15 +354,72 @@ class GroupCoordinator:
         }
         return await self._manager.store_offsets(group, values)
 
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetCommitEntry],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write offsets inside a producer's transaction; visible once its COMMIT lands.
+
+        An unknown group is created (a transactional copier may be its only committer).
+        Member and generation are checked only when the request carries them (TxnOffsetCommit
+        v3+), and unlike a plain commit one is accepted during a rebalance: the transaction
+        fences zombies, the group need not.
+        """
+        error = self._status_error(group_id, allow_empty_id=False)
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        group = self._manager.get(group_id)
+        if group is None:
+            group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
+        error = _validate_txn_commit(group, member_id, group_instance_id, generation_id)
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        now = self._clock.now_ms()
+        values = {
+            tp: OffsetAndMetadata(e.offset, e.leader_epoch, e.metadata or "", now)
+            for tp, e in offsets.items()
+        }
+        return await self._manager.store_txn_offsets(
+            group,
+            values,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+
+    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        """The broker wrote `producer_id`'s COMMIT (or ABORT) marker to __consumer_offsets-
+        `partition`: materialise (or drop) its pending offsets in that partition's groups.
+
+        Before `load()` this does nothing: loading replays the marker from the log.
+        """
+        self._manager.complete_txn(producer_id, commit=commit, partition=partition)
+
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
     ) -> OffsetFetchResult:
-        """Committed offsets of the given partitions, or of all (None), in any group state."""
+        """Committed offsets of the given partitions, or of all (None), in any group state.
+
+        With `require_stable` (OffsetFetch v7+) a partition with an unsettled commit answers
+        UNSTABLE_OFFSET_COMMIT; otherwise it answers the last committed offset.
+        """
         error = self._status_error(group_id, allow_empty_id=True)
         if error is not None:
             return OffsetFetchResult(error)
         wanted = None if partitions is None else list(partitions)
-        return OffsetFetchResult(ErrorCode.none, self._manager.fetch_offsets(group_id, wanted))
+        fetched = self._manager.fetch_offsets(group_id, wanted, require_stable=require_stable)
+        return OffsetFetchResult(ErrorCode.none, fetched)
 
     # -- DescribeGroups and ListGroups
 
@@ -379,6 +440,20 @@ class GroupCoordinator:
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
             for g in self._manager.groups.values()
         ]
+
+
+def _validate_txn_commit(
+    group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
+) -> ErrorCode | None:
+    """Kafka's checks for TxnOffsetCommit: v0-v2 carry no member, so nothing to check then."""
+    if group.is_(_D):
+        return ErrorCode.coordinator_not_available
+    if generation_id >= 0 or member_id != NO_MEMBER_ID or instance_id is not None:
+        error = group.validate_member(member_id, instance_id)
+        if error is None and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        return error
+    return None
 
 
 def _validate_commit(

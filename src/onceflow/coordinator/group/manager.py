@@ -3,6 +3,10 @@
 Every change a client must be able to rely on after a restart is written here first: group
 metadata when a generation stabilises or the group empties, each offset commit, and the
 tombstones that retention produces. `load()` rebuilds the cache from the log alone.
+
+Transactional commits are offset records in a transactional batch. They stay pending per
+producer until that producer's COMMIT or ABORT marker in the same partition, both when they
+are written (`store_txn_offsets`, then `complete_txn`) and when the log is replayed.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
-from onceflow.coordinator.group.log import KeyValue, OffsetsLog, encode_batch
+from onceflow.coordinator.group.log import KeyValue, LogEntry, OffsetsLog, encode_batch
 from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from onceflow.coordinator.group.offset_store import CommittedOffset
 from onceflow.coordinator.group.offsets import (
@@ -34,6 +38,7 @@ from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.coordinator.group.state import GroupState
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import InvariantViolation
+from onceflow.records.control import ControlType
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,9 @@ _RETRY_ELSEWHERE = {
     ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
 }
 _TOO_LARGE = {ErrorCode.message_too_large, ErrorCode.record_list_too_large}
+# A verification that could not reach the transaction coordinator: older clients do not
+# retry NETWORK_EXCEPTION here, but all retry a coordinator that is still loading (Kafka too).
+_TXN_RETRY = {ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress}
 
 
 def append_error(exc: Exception, *, offsets: bool) -> ErrorCode:
@@ -74,6 +82,8 @@ class GroupMetadataManager:
         self.loaded = False
         # Position of the next record in any partition: orders commits (see offset_store).
         self._next_seq = 0
+        # producer id -> groups with transactional offsets of it pending or being written.
+        self._txn_groups: dict[int, set[str]] = {}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self._config.offsets_topic_num_partitions)
@@ -89,35 +99,70 @@ class GroupMetadataManager:
     def load(self) -> None:
         """Rebuild every group and committed offset from the log: newest record per key wins."""
         self.groups.clear()
+        self._txn_groups.clear()
         for partition in range(self._config.offsets_topic_num_partitions):
             self._load_partition(self._log.read(partition))
         self.loaded = True
 
-    def _load_partition(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+    def _load_partition(self, entries: Iterable[LogEntry]) -> None:
+        """Replay one partition: the newest record per key wins, markers settle transactions.
+
+        A transactional offset record waits under its producer id. That producer's COMMIT
+        marker installs it unless a newer record already set the key; ABORT drops it; what
+        has no marker yet stays pending, for the transaction coordinator to finish.
+        """
         groups: dict[str, GroupRecord | None] = {}
         offsets: dict[OffsetKey, CommittedOffset | None] = {}
-        for raw_key, raw_value in records:
+        pending: dict[int, dict[OffsetKey, CommittedOffset | None]] = {}
+        for entry in entries:
             seq = self._take_seq(1)
-            key = decode_key(raw_key) if raw_key is not None else None
+            if entry.control is not None:
+                settled = pending.pop(entry.producer_id, {})
+                if entry.control == ControlType.COMMIT:
+                    for settled_key, committed in settled.items():
+                        current = offsets.get(settled_key)
+                        if committed is not None and (
+                            current is None or current.log_seq < committed.log_seq
+                        ):
+                            offsets[settled_key] = committed
+                continue
+            key = decode_key(entry.key) if entry.key is not None else None
             if isinstance(key, OffsetKey):
-                offsets[key] = (
+                value = (
                     None
-                    if raw_value is None
-                    else CommittedOffset(decode_offset_value(raw_value), seq)
+                    if entry.value is None
+                    else CommittedOffset(decode_offset_value(entry.value), seq)
                 )
+                if entry.transactional:
+                    pending.setdefault(entry.producer_id, {})[key] = value
+                else:
+                    offsets[key] = value
             elif isinstance(key, GroupKey):
-                groups[key.group] = None if raw_value is None else decode_group_value(raw_value)
+                groups[key.group] = None if entry.value is None else decode_group_value(entry.value)
         now = self._clock.now_ms()
         for group_id, record in groups.items():
             if record is not None:
                 self.groups[group_id] = GroupMetadata.from_record(group_id, record, now)
-        for key, entry in offsets.items():
-            if entry is None:
-                continue
-            group = self.groups.get(key.group)
-            if group is None:  # offsets of a group that only commits (or lost its metadata)
-                group = self.groups[key.group] = GroupMetadata(key.group, now)
-            group.offsets.put(TopicPartition(key.topic, key.partition), entry)
+        for key, committed in offsets.items():
+            if committed is not None:
+                group = self._group_for_offsets(key.group, now)
+                group.offsets.put(TopicPartition(key.topic, key.partition), committed)
+        for producer_id, txn_offsets in pending.items():
+            for key, committed in txn_offsets.items():
+                if committed is None:
+                    continue
+                group = self._group_for_offsets(key.group, now)
+                tp = TopicPartition(key.topic, key.partition)
+                group.offsets.add_pending_txn(producer_id, tp, committed)
+                self._txn_groups.setdefault(producer_id, set()).add(key.group)
+
+    def _group_for_offsets(self, group_id: str, now: int) -> GroupMetadata:
+        """The group, created Empty for offsets of a group that only commits (or lost its
+        metadata)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, now)
+        return group
 
     def _take_seq(self, count: int) -> int:
         seq = self._next_seq
@@ -151,24 +196,35 @@ class GroupMetadataManager:
             return code
         return ErrorCode.none
 
-    async def store_offsets(
-        self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+    def _too_large(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> dict[TopicPartition, ErrorCode]:
-        """Write the commits that fit; each partition's code says how it went."""
         # offset.metadata.max.bytes counts Java chars (UTF-16 code units), as Kafka does.
         limit = self._config.offset_metadata_max_bytes
-        errors = {
+        return {
             tp: ErrorCode.offset_metadata_too_large
             for tp, value in offsets.items()
             if len(value.metadata.encode("utf-16-le")) // 2 > limit
         }
+
+    @staticmethod
+    def _offset_records(
+        group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> list[KeyValue]:
+        return [
+            (encode_offset_key(group_id, tp.topic, tp.partition), encode_offset_value(v))
+            for tp, v in offsets.items()
+        ]
+
+    async def store_offsets(
+        self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write the commits that fit; each partition's code says how it went."""
+        errors = self._too_large(offsets)
         accepted = {tp: value for tp, value in offsets.items() if tp not in errors}
         if not accepted:
             return errors
-        records = [
-            (encode_offset_key(group.group_id, tp.topic, tp.partition), encode_offset_value(v))
-            for tp, v in accepted.items()
-        ]
+        records = self._offset_records(group.group_id, accepted)
         group.offsets.prepare(accepted)
         try:
             seq = await self._append(group.group_id, records)
@@ -182,17 +238,105 @@ class GroupMetadataManager:
             group.offsets.complete(tp, CommittedOffset(value, seq + i))
         return errors | dict.fromkeys(accepted, ErrorCode.none)
 
+    async def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write a TxnOffsetCommit as one transactional batch; its offsets stay pending.
+
+        They are invisible to OffsetFetch until `complete_txn` sees the transaction's COMMIT
+        marker. If the log refuses the batch (the producer was fenced, the partition is not in
+        its transaction) every partition gets the log's code and nothing is pending.
+        """
+        errors = self._too_large(offsets)
+        accepted = {tp: value for tp, value in offsets.items() if tp not in errors}
+        if not accepted:
+            return errors
+        group_id = group.group_id
+        batch = encode_batch(
+            self._offset_records(group_id, accepted),
+            self._clock.now_ms(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
+        # As in _append: the sequences are taken in the order the appends are issued.
+        seq = self._take_seq(len(accepted))
+        entries = {
+            tp: CommittedOffset(value, seq + i) for i, (tp, value) in enumerate(accepted.items())
+        }
+        self._txn_groups.setdefault(producer_id, set()).add(group_id)
+        append = group.offsets.begin_txn_append(producer_id, entries)
+        try:
+            await self._log.append(self.partition_for(group_id), batch, transactional_id)
+        except Exception as exc:
+            group.offsets.finish_txn_append(append, appended=False)
+            self._forget_producer(producer_id, group)
+            code = append_error(exc, offsets=True)
+            code = _TXN_RETRY.get(code, code)
+            log.warning("transactional commit of group %s failed: %r", group_id, exc)
+            return errors | dict.fromkeys(accepted, code)
+        group.offsets.finish_txn_append(append, appended=True)
+        self._forget_producer(producer_id, group)
+        return errors | dict.fromkeys(accepted, ErrorCode.none)
+
+    def complete_txn(self, producer_id: int, *, commit: bool, partition: int) -> None:
+        """Settle a producer's pending offsets in groups of one partition after its marker.
+
+        COMMIT installs each offset unless a newer record set that partition meanwhile;
+        ABORT drops them. A second call for the same marker finds nothing left to do.
+        """
+        group_ids = self._txn_groups.get(producer_id)
+        if not group_ids:
+            return
+        for group_id in [g for g in group_ids if self.partition_for(g) == partition]:
+            group = self.groups.get(group_id)
+            if group is None:
+                group_ids.discard(group_id)
+                continue
+            group.offsets.complete_txn(producer_id, commit=commit)
+            self._forget_producer(producer_id, group)
+
+    def _forget_producer(self, producer_id: int, group: GroupMetadata) -> None:
+        """Drop the producer -> group link once nothing of that producer is pending there."""
+        if group.offsets.has_pending_txn_from(producer_id):
+            return
+        group_ids = self._txn_groups.get(producer_id)
+        if group_ids is not None:
+            group_ids.discard(group.group_id)
+            if not group_ids:
+                del self._txn_groups[producer_id]
+
     # -- reading offsets
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, FetchedOffset]:
-        """Committed offsets, whatever the group's state; -1 where nothing is committed."""
+        """Committed offsets, whatever the group's state; -1 where nothing is committed.
+
+        With `require_stable` a partition whose commit is not settled (a transaction still
+        pending, or a commit still being written) answers UNSTABLE_OFFSET_COMMIT instead, so
+        a read_committed consumer retries rather than start from an offset about to change.
+        """
         group = self.groups.get(group_id)
-        committed = {} if group is None or group.is_(GroupState.DEAD) else group.offsets.all()
-        if partitions is None:
-            return {tp: _fetched(v) for tp, v in committed.items()}
-        return {tp: _fetched(committed.get(tp)) for tp in partitions}
+        if group is None or group.is_(GroupState.DEAD):
+            return {} if partitions is None else {tp: _fetched(None) for tp in partitions}
+        committed = group.offsets.all()
+        wanted = list(committed) if partitions is None else partitions
+        return {
+            tp: _UNSTABLE
+            if require_stable and group.offsets.is_unstable(tp)
+            else _fetched(committed.get(tp))
+            for tp in wanted
+        }
 
     # -- retention
 
@@ -241,6 +385,11 @@ class GroupMetadataManager:
         if group.protocol_type is None:  # commits only, no membership
             return group.offsets.expired(now, retention, lambda v: v.commit_timestamp_ms)
         return []
+
+
+_UNSTABLE = FetchedOffset(
+    offset=-1, leader_epoch=-1, metadata="", error=ErrorCode.unstable_offset_commit
+)
 
 
 def _fetched(value: OffsetAndMetadata | None) -> FetchedOffset:
