@@ -404,6 +404,7 @@ class FaultProxy:
         api_key, version, correlation, pos = _request_header(frame)
         if api_key != PRODUCE or not 3 <= version <= MAX_DECODED_PRODUCE_VERSION:
             return None
+        request: Any
         try:
             request, _ = entity_reader(load_request_schema(PRODUCE, version))(frame, pos)
         except Exception:
@@ -450,6 +451,7 @@ class FaultProxy:
 
     def _note_unanswered(self, pending: _Pending, frame: bytes) -> None:
         """Remember the batches of a lost response that the broker had accepted."""
+        response: Any
         try:
             response, _ = entity_reader(load_response_schema(PRODUCE, pending.version))(frame, 8)
         except Exception:

@@ -112,7 +112,9 @@ def test_offsets_for_times(shared_broker: BrokerProcess) -> None:
     base = int(time.time() * 1000) - 50_000
 
     async def main() -> None:
-        p = _producer(bs, acks=1, linger_ms=0)
+        # acks=all: the records are then below the high watermark (durable) when the
+        # ListOffsets arrives; with acks=1 they may not be yet, exactly as in Kafka.
+        p = _producer(bs, acks="all", linger_ms=0)
         await p.start()
         try:
             for i in range(8):

@@ -114,7 +114,10 @@ def _check_log(env: Proxied, topic: str, stats: ProxyStats) -> None:
             last[ident] = r.sequence
 
     print(
-        f"proxy: {stats.produce_requests} produce requests, {stats.dropped_responses} responses dropped, {stats.delayed_responses} delayed, {stats.random_cuts} cuts, {stats.batches_resent} batches resent, {len(stats.retried_appends)} acknowledged batches retried"
+        f"proxy: {stats.produce_requests} produce requests, {stats.dropped_responses} "
+        f"responses dropped, {stats.delayed_responses} delayed, {stats.random_cuts} cuts, "
+        f"{stats.batches_resent} batches resent, {len(stats.retried_appends)} acknowledged "
+        "batches retried"
     )
     assert stats.produce_requests > 0
     assert stats.dropped_responses > 0, stats

@@ -34,6 +34,7 @@ from tests.helpers.clients import create_topic
 from tests.helpers.proxy import read_partition
 from tests.helpers.wire import RawConnection, produce_request
 
+INVALID_RECORD = 87
 NONE = 0
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -318,11 +319,6 @@ def test_sequence_wraps_after_max_int(broker: BrokerProcess) -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: PartitionLog.append_batches returns at the first duplicate batch of a "
-    "partition's records, so a new batch after it is dropped yet answered with success",
-)
 def test_retry_and_new_batch_in_one_partition_of_a_request(
     shared_broker: BrokerProcess, conn: RawConnection
 ) -> None:
@@ -337,4 +333,5 @@ def test_retry_and_new_batch_in_one_partition_of_a_request(
     ok(conn, topic, first)
     code, _ = produce(conn, topic, first + batch(pid, 0, 2, count=2))
     sequences = [r.sequence for r in read_partition(bs, topic, 0).records]
-    assert code != NONE or sequences == [0, 1, 2, 3], (code, sequences)
+    assert code == INVALID_RECORD, code
+    assert sequences == [0, 1], sequences

@@ -15,6 +15,7 @@ import pytest
 from kio.index import load_payload_module
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
+from tests.unit.test_group_txn_handlers import txn_topics
 
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.group import (
@@ -95,6 +96,7 @@ def test_every_group_api_has_a_handler() -> None:
         ApiKey.OFFSET_FETCH,
         ApiKey.DESCRIBE_GROUPS,
         ApiKey.LIST_GROUPS,
+        ApiKey.TXN_OFFSET_COMMIT,
     }
 
 
@@ -399,6 +401,13 @@ async def _minimal_call(broker: StubBroker, key: ApiKey, version: int) -> Any:
         }
     elif key is ApiKey.OFFSET_FETCH:
         fields |= {"topics": fetch_topics(version, (0,))}
+    elif key is ApiKey.TXN_OFFSET_COMMIT:
+        fields |= {
+            "transactional_id": "tx",
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "topics": txn_topics(version, {0: 1}),
+        }
     elif key is ApiKey.DESCRIBE_GROUPS:
         fields |= {"groups": ("g",), "include_authorized_operations": True}
     return await broker.call(key, version, **fields)

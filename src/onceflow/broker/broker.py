@@ -26,7 +26,8 @@ from onceflow.coordinator.transaction.coordinator import (
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
-from onceflow.records.batch import BatchHeader, validate_produced_batches
+from onceflow.invariants import invariant
+from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
@@ -308,7 +309,11 @@ class Broker:
         plog = self.logs.get(topic, partition)
         if plog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
-        headers = validate_produced_batches(batch, 1 << 30)
+        # Built by the broker itself: only whole and intact are checked, not the client
+        # rules (a TxnOffsetCommit batch has a producer id but no sequence, as in Kafka).
+        scanned, end = scan_batches(batch)
+        invariant(end == len(batch) and bool(scanned), "an internal batch is malformed")
+        headers = [b.header for b in scanned]
         if headers[0].is_transactional:
             self.verify_transactional(transactional_id, headers[0], topic, partition)
         result = plog.append_batches(batch, headers, from_client=False)

@@ -49,7 +49,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 5),
     ApiKey.METADATA: (0, 8),
     ApiKey.OFFSET_COMMIT: (2, 7),
-    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.JOIN_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 3),
@@ -65,6 +65,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
 }
 

@@ -42,6 +42,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 plog = broker.log_for_produce(topic_data.name, data.index)
                 records = data.records or b""
                 headers = validate_produced_batches(records, plog.config.max_message_bytes)
+                if len(headers) != 1:
+                    # Kafka's rule for Produce v3+: one batch per partition, so a retried
+                    # batch can never travel together with a new one.
+                    raise KafkaError(
+                        ErrorCode.invalid_record,
+                        f"{len(headers)} record batches for one partition; exactly 1 is allowed",
+                    )
                 if plog.config.cleanup_compact:
                     require_keys(records, headers)
                 if any(h.is_transactional for h in headers):

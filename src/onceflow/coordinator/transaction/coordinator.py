@@ -282,7 +282,8 @@ class TransactionCoordinator:
         if (
             producer_epoch != meta.producer_epoch
             or meta.state != TxnState.ONGOING
-            or meta.pending is not None
+            # Adding more partitions (Ongoing -> Ongoing) may be in flight; ending may not.
+            or meta.pending not in (None, TxnState.ONGOING)
             or tp not in meta.partitions
         ):
             raise KafkaError(

@@ -8,6 +8,7 @@ drop the aborted records. Derived data: recovery rebuilds it by replaying marker
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
@@ -50,7 +51,12 @@ class TxnIndex:
     def append(self, entry: AbortedTxn) -> None:
         self.entries.append(entry)
         if self._file is None:
+            created = not self._fs.exists(self.path)
             self._file = self._fs.open(self.path)
+            if created:
+                # A snapshot taken later covers this entry: the file must not vanish in a
+                # crash, or replay from that snapshot would never rebuild the entry.
+                self._fs.fsync_dir(os.path.dirname(self.path) or ".")
         self._file.append(ENTRY.pack(VERSION, *entry))
 
     def rewrite(self, entries: list[AbortedTxn]) -> None:

@@ -1,0 +1,245 @@
+"""KIP-664 transaction tooling: DescribeProducers, DescribeTransactions, ListTransactions, and
+WriteTxnMarkers as an admin client sends it to abort a hanging transaction.
+
+A hanging transaction is one a partition holds open while its coordinator knows nothing of
+it (a late write after an abort, in Kafka before KIP-890). It pins the last stable offset, so
+read_committed consumers stop below it for good. These APIs let an operator see both sides,
+the partition's producer state and the coordinator's transactions, and end the transaction
+on the partition with an ABORT marker, as Kafka's `Admin.abortTransaction` does.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from typing import Any
+
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.storage.partition_log import PartitionLog
+
+__all__ = ["HANDLERS", "WRITE_TXN_MARKERS"]
+
+WRITE_TXN_MARKERS = 27  # Kafka's API key (an inter-broker API that admin clients also send)
+OFFSETS_TOPIC = "__consumer_offsets"
+NO_THROTTLE = datetime.timedelta(0)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_STATES_BY_NAME = {state.display: state for state in TxnState}
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """kio carries int64 milliseconds as datetimes; -1 ("none") must survive the trip."""
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    """The partition side of KIP-664: every producer the partition's state still holds,
+    with the first offset of its open transaction there (-1 when none)."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            plog = ctx.broker.logs.get(topic.name, index)
+            if plog is None:
+                partitions.append(
+                    ctx.entity(
+                        "PartitionResponse",
+                        partition_index=index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message=None,
+                        active_producers=(),
+                    )
+                )
+                continue
+            producers = plog.producer_state.producers
+            partitions.append(
+                ctx.entity(
+                    "PartitionResponse",
+                    partition_index=index,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    active_producers=tuple(
+                        ctx.entity(
+                            "ProducerState",
+                            producer_id=entry.producer_id,
+                            producer_epoch=entry.epoch,
+                            last_sequence=entry.last_seq,
+                            last_timestamp=entry.last_timestamp,
+                            coordinator_epoch=entry.coordinator_epoch,
+                            current_txn_start_offset=entry.txn_first_offset,
+                        )
+                        for _, entry in sorted(producers.items())
+                    ),
+                )
+            )
+        topics.append(ctx.entity("TopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    """The coordinator side: one transactional id's state, as Kafka names it, and the
+    partitions of its current transaction. A Dead id is on its way out: not found."""
+    states = []
+    for txn_id in request.transactional_ids:
+        meta = ctx.broker.txn_coordinator.txns.get(txn_id) if txn_id else None
+        if meta is None or meta.state == TxnState.DEAD:
+            states.append(
+                ctx.entity(
+                    "TransactionState",
+                    error_code=ErrorCode.transactional_id_not_found
+                    if txn_id
+                    else ErrorCode.invalid_request,
+                    transactional_id=txn_id,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_timestamp(-1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in sorted(meta.partitions):
+            by_topic[topic].append(partition)
+        states.append(
+            ctx.entity(
+                "TransactionState",
+                error_code=ErrorCode.none,
+                transactional_id=txn_id,
+                transaction_state=meta.state.display,
+                transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+                transaction_start_time=_timestamp(meta.start_ms),
+                producer_id=meta.producer_id,
+                producer_epoch=meta.producer_epoch,
+                topics=tuple(
+                    ctx.entity("TopicData", topic=topic, partitions=tuple(parts))
+                    for topic, parts in by_topic.items()
+                ),
+            )
+        )
+    return ctx.response(throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    """Every transactional id this coordinator knows, filtered by state name, producer id
+    and (v1, KIP-994) by running longer than a duration.
+
+    A state name Kafka does not know is echoed back in unknown_state_filters and filters
+    nothing. Unlike Kafka, the duration filter keeps only transactions that are running:
+    an id with no transaction in flight has no duration, and Kafka's answer for it (time
+    since a start that never was, or since an old start) is the known KAFKA-15546 confusion.
+    """
+    wanted_states: set[TxnState] = set()
+    unknown: list[str] = []
+    for name in request.state_filters:
+        state = _STATES_BY_NAME.get(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            wanted_states.add(state)
+    wanted_ids = set(request.producer_id_filters)
+    duration_ms = int(getattr(request, "duration_filter", -1))
+    now = ctx.broker.clock.now_ms()
+    listed = []
+    for txn_id, meta in sorted(ctx.broker.txn_coordinator.txns.items()):
+        if meta.state == TxnState.DEAD:
+            continue  # expiring: Kafka hides these too
+        if wanted_ids and meta.producer_id not in wanted_ids:
+            continue
+        if wanted_states and meta.state not in wanted_states:
+            continue
+        if duration_ms >= 0 and (
+            meta.state in COMPLETED_STATES
+            or meta.start_ms < 0
+            or now - meta.start_ms <= duration_ms
+        ):
+            continue
+        listed.append(
+            ctx.entity(
+                "TransactionState",
+                transactional_id=txn_id,
+                producer_id=meta.producer_id,
+                transaction_state=meta.state.display,
+            )
+        )
+    return ctx.response(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=tuple(unknown),
+        transaction_states=tuple(listed),
+    )
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    """Append the requested COMMIT/ABORT markers, each with its producer id, epoch and
+    coordinator epoch, and answer once they are durable.
+
+    On one broker the coordinator writes its own markers directly; this request comes
+    from an admin client aborting a hanging transaction (Kafka's Admin.abortTransaction).
+    Each partition gets its own error code: a marker with an older producer epoch
+    (INVALID_PRODUCER_EPOCH) or coordinator epoch (TRANSACTION_COORDINATOR_FENCED) is
+    refused exactly as the log refuses it. An aborted or committed `__consumer_offsets`
+    partition also settles the producer's pending transactional offsets there.
+    """
+    broker = ctx.broker
+    results = []
+    for marker in request.markers:
+        commit = bool(marker.transaction_result)
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        written: list[tuple[PartitionLog, int]] = []
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                plog = broker.logs.get(topic.name, index)
+                if plog is None:
+                    errors[(topic.name, index)] = ErrorCode.unknown_topic_or_partition
+                    continue
+                try:
+                    appended = plog.append_marker(
+                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, commit
+                    )
+                except KafkaError as exc:
+                    errors[(topic.name, index)] = exc.code
+                    continue
+                broker.appended(plog)
+                written.append((plog, appended.last_offset))
+                errors[(topic.name, index)] = ErrorCode.none
+        for plog, offset in written:
+            if plog.config.durable:
+                try:
+                    await broker.flusher.durable(plog, offset)
+                except (OSError, RuntimeError):
+                    # The marker is in the log but not known to be on disk: the client
+                    # must not take it as written, and may retry (markers are idempotent).
+                    errors[(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
+                    continue
+            if plog.topic == OFFSETS_TOPIC:
+                broker.group_coordinator.complete_txn(marker.producer_id, commit, plog.partition)
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for (topic_name, index), error in errors.items():
+            by_topic[topic_name].append(
+                ctx.entity(
+                    "WritableTxnMarkerPartitionResult", partition_index=index, error_code=error
+                )
+            )
+        results.append(
+            ctx.entity(
+                "WritableTxnMarkerResult",
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    ctx.entity("WritableTxnMarkerTopicResult", name=name, partitions=tuple(parts))
+                    for name, parts in by_topic.items()
+                ),
+            )
+        )
+    return ctx.response(markers=tuple(results))
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
+    WRITE_TXN_MARKERS: handle_write_txn_markers,
+}

@@ -1,0 +1,382 @@
+"""A small synchronous Kafka protocol client, for the admin APIs confluent-kafka lacks.
+
+confluent-kafka (librdkafka) has no DescribeProducers, ListTransactions,
+DescribeTransactions or WriteTxnMarkers, yet `onceflow transactions` must work against any
+Kafka cluster, not only Onceflow. So this module speaks the protocol itself: requests and
+responses are kio's generated schemas, framed with header v1 (v2 for flexible versions) and
+read back past response header v0 (v1 for flexible ones, except ApiVersions, which always
+answers with v0 so any client can read it).
+
+Nothing is negotiated beyond asking each broker for its ApiVersions once and choosing, per
+API, the highest version both sides speak. `Cluster` routes a request to the broker that
+must answer it: a partition's leader, a transactional id's coordinator, or every broker.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from onceflow.cli.common import CliError
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type, response_type
+
+__all__ = [
+    "Cluster",
+    "Connection",
+    "KafkaApiError",
+    "Node",
+    "error_name",
+    "request_entity",
+]
+
+CLIENT_ID = "onceflow-cli"
+DEFAULT_TIMEOUT_S = 30.0
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+KEY_TYPE_TRANSACTION = 1
+RETRY_BACKOFF_S = 0.2
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+# The version ranges this client can build and read. The minimums are the oldest versions
+# that carry what we need (Metadata v1: null means all topics); the maximums are the newest
+# whose fields we have looked at.
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.METADATA: (1, 12),
+    ApiKey.FIND_COORDINATOR: (1, 6),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    27: (1, 2),  # WriteTxnMarkers
+}
+API_NAMES: dict[int, str] = {
+    ApiKey.METADATA: "Metadata",
+    ApiKey.FIND_COORDINATOR: "FindCoordinator",
+    ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
+    ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+    ApiKey.LIST_TRANSACTIONS: "ListTransactions",
+    27: "WriteTxnMarkers",
+}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, as its tools print it (UNKNOWN_TOPIC_OR_PARTITION)."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error code {code}"
+
+
+class KafkaApiError(CliError):
+    """A broker answered with an error code; `code` lets callers act on the specific one."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def request_entity(api_key: int, api_version: int, name: str, /, **fields: Any) -> Any:
+    """A nested request entity of one API version (e.g. DescribeProducers' TopicRequest)."""
+    module = load_payload_module(api_key, api_version, EntityType.request)
+    return build(getattr(module, name), **fields)
+
+
+def _encode(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+class Connection:
+    """One blocking socket to one broker, requests answered one at a time, in order."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise CliError(f"cannot connect to {self.address}: {_reason(exc)}") from None
+        self._correlation = 0
+        self._versions: dict[int, tuple[int, int]] | None = None
+
+    def close(self) -> None:
+        self._sock.close()
+
+    # ---- versions --------------------------------------------------------------------
+
+    @property
+    def versions(self) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions, asked once (v0: every broker since 0.10 answers it)."""
+        if self._versions is None:
+            response = self._round_trip(ApiKey.API_VERSIONS, 0, build(request_type(18, 0)))
+            if response.error_code != ErrorCode.none:
+                raise KafkaApiError(
+                    response.error_code,
+                    f"{self.address} refused ApiVersions: {error_name(response.error_code)}",
+                )
+            self._versions = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+            }
+        return self._versions
+
+    def version_for(self, api_key: int) -> int:
+        """The highest version of an API both this client and the broker speak."""
+        lo, hi = CLIENT_VERSIONS[api_key]
+        name = API_NAMES.get(api_key, f"API {api_key}")
+        theirs = self.versions.get(api_key)
+        if theirs is None:
+            raise CliError(f"the broker at {self.address} does not support {name}")
+        best = min(hi, theirs[1])
+        if best < max(lo, theirs[0]):
+            raise CliError(
+                f"the broker at {self.address} supports {name} v{theirs[0]}-{theirs[1]}, "
+                f"this tool v{lo}-{hi}"
+            )
+        return best
+
+    # ---- requests --------------------------------------------------------------------
+
+    def call(self, api_key: int, /, **fields: Any) -> Any:
+        """Send one request at the best common version; return the decoded response.
+
+        Fields the chosen version lacks are dropped, so one call serves every version.
+        """
+        version = self.version_for(api_key)
+        return self._round_trip(api_key, version, build(request_type(api_key, version), **fields))
+
+    def call_at(self, api_key: int, version: int, request: Any) -> Any:
+        """Send a request already built for `version` (nested entities are per version)."""
+        return self._round_trip(api_key, version, request)
+
+    def _round_trip(self, api_key: int, version: int, request: Any) -> Any:
+        self._correlation += 1
+        header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
+        header = header_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=self._correlation,
+            client_id=CLIENT_ID,
+        )
+        payload = _encode(header) + _encode(request)
+        name = API_NAMES.get(api_key, f"API {api_key}")
+        try:
+            self._sock.sendall(_SIZE.pack(len(payload)) + payload)
+            (size,) = _SIZE.unpack(self._recv_exact(_SIZE.size))
+            if not 0 <= size <= MAX_RESPONSE_BYTES:
+                raise CliError(f"{self.address} sent a {size}-byte frame: is it a Kafka broker?")
+            frame = self._recv_exact(size)
+        except TimeoutError:
+            raise CliError(f"{self.address} did not answer {name} in time") from None
+        except OSError as exc:
+            raise CliError(f"lost the connection to {self.address}: {_reason(exc)}") from None
+        return self._decode(api_key, version, frame, name)
+
+    def _decode(self, api_key: int, version: int, frame: bytes, name: str) -> Any:
+        cls = response_type(api_key, version)
+        try:
+            (correlation,) = _CORRELATION.unpack_from(frame, 0)
+            if correlation != self._correlation:
+                raise ValueError(f"correlation id {correlation}, expected {self._correlation}")
+            pos = _CORRELATION.size
+            if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+                _, pos = entity_reader(ResponseHeaderV1)(frame, 0)
+            body, _ = entity_reader(cls)(frame, pos)
+        except Exception as exc:  # kio raises assorted errors on bytes it cannot parse
+            raise CliError(f"unreadable {name} v{version} response from {self.address}: {exc}")
+        return body
+
+    def _recv_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            out += chunk
+        return bytes(out)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    servers = []
+    for item in bootstrap.split(","):
+        item = item.strip().split("://", 1)[-1]
+        host, sep, port = item.rpartition(":")
+        if not item or not sep or not port.isdigit():
+            raise CliError(f"bad bootstrap server {item!r}: expected HOST:PORT")
+        servers.append((host.removeprefix("[").removesuffix("]") or "localhost", int(port)))
+    return servers
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    brokers: dict[int, Node]
+    # topic -> partition -> leader node id (-1: none); only topics without an error
+    leaders: dict[str, dict[int, int]]
+    topic_errors: dict[str, int]
+    internal: frozenset[str]
+
+
+class Cluster:
+    """Connections to a cluster's brokers, reached from the bootstrap servers."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._connections: dict[tuple[str, int], Connection] = {}
+        failures = []
+        for host, port in _split_bootstrap(bootstrap):
+            try:
+                self.bootstrap = self._connect(host, port)
+                break
+            except CliError as exc:
+                failures.append(str(exc).removeprefix("cannot connect to "))
+        else:
+            raise CliError(f"cannot connect to any bootstrap server: {', '.join(failures)}")
+        self._metadata: Metadata | None = None
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def _connect(self, host: str, port: int) -> Connection:
+        key = (host, port)
+        connection = self._connections.get(key)
+        if connection is None:
+            connection = Connection(host, port, self.timeout_s)
+            self._connections[key] = connection
+        return connection
+
+    # ---- metadata and routing --------------------------------------------------------
+
+    def metadata(self, topics: list[str] | None = None) -> Metadata:
+        """Brokers and partition leaders, of all topics (None) or of named ones.
+
+        Named topics are asked for without auto-creation where the version allows, so a
+        typo does not create a topic on a broker that auto-creates.
+        """
+        connection = self.bootstrap
+        version = connection.version_for(ApiKey.METADATA)
+        wanted = None
+        if topics is not None:
+            wanted = tuple(
+                request_entity(
+                    ApiKey.METADATA, version, "MetadataRequestTopic", topic_id=None, name=name
+                )
+                for name in topics
+            )
+        request = build(
+            request_type(ApiKey.METADATA, version),
+            topics=wanted,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = connection.call_at(ApiKey.METADATA, version, request)
+        brokers = {b.node_id: Node(b.node_id, b.host, b.port) for b in response.brokers}
+        leaders: dict[str, dict[int, int]] = {}
+        errors: dict[str, int] = {}
+        internal = set()
+        for topic in response.topics:
+            if topic.name is None:
+                continue
+            if topic.error_code != ErrorCode.none:
+                errors[topic.name] = topic.error_code
+                continue
+            leaders[topic.name] = {p.partition_index: p.leader_id for p in topic.partitions}
+            if getattr(topic, "is_internal", False):
+                internal.add(topic.name)
+        result = Metadata(brokers, leaders, errors, frozenset(internal))
+        if topics is None:
+            self._metadata = result
+        return result
+
+    def node(self, node_id: int) -> Connection:
+        metadata = self._metadata or self.metadata()
+        node = metadata.brokers.get(node_id)
+        if node is None:
+            metadata = self.metadata()
+            node = metadata.brokers.get(node_id)
+        if node is None:
+            raise CliError(f"broker {node_id} is not in the cluster's metadata")
+        return self._connect(node.host, node.port)
+
+    def brokers(self) -> list[Node]:
+        metadata = self._metadata or self.metadata()
+        return [metadata.brokers[i] for i in sorted(metadata.brokers)]
+
+    def leader(self, topic: str, partition: int) -> tuple[int, Connection]:
+        metadata = self.metadata([topic])
+        error = metadata.topic_errors.get(topic)
+        if error is not None:
+            raise KafkaApiError(error, f"topic {topic}: {error_name(error)}")
+        leader = metadata.leaders.get(topic, {}).get(partition)
+        if leader is None:
+            raise KafkaApiError(
+                ErrorCode.unknown_topic_or_partition,
+                f"{topic}-{partition}: {error_name(ErrorCode.unknown_topic_or_partition)}",
+            )
+        if leader < 0:
+            raise KafkaApiError(
+                ErrorCode.leader_not_available, f"{topic}-{partition} has no leader"
+            )
+        node = metadata.brokers.get(leader)
+        if node is None:
+            raise CliError(f"the leader {leader} of {topic}-{partition} is not in the metadata")
+        return leader, self._connect(node.host, node.port)
+
+    def transaction_coordinator(self, transactional_id: str) -> tuple[int, Connection]:
+        """The broker coordinating a transactional id (FindCoordinator, key type 1),
+        retrying while the coordinator is still loading or being elected."""
+        connection = self.bootstrap
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            version = connection.version_for(ApiKey.FIND_COORDINATOR)
+            response = connection.call(
+                ApiKey.FIND_COORDINATOR,
+                key=transactional_id,
+                key_type=KEY_TYPE_TRANSACTION,
+                coordinator_keys=(transactional_id,),
+            )
+            answer = response.coordinators[0] if version >= 4 else response
+            error = int(answer.error_code)
+            if error == ErrorCode.none:
+                return answer.node_id, self._connect(answer.host, answer.port)
+            if not ErrorCode(error).retriable or time.monotonic() >= deadline:
+                raise KafkaApiError(
+                    error,
+                    f"cannot find the coordinator of transactional id {transactional_id}: "
+                    f"{error_name(error)}",
+                )
+            time.sleep(RETRY_BACKOFF_S)
