@@ -11,6 +11,7 @@ stdout and the figures to benchmarks/results/latest.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -178,6 +179,19 @@ def median_of(repeat: int, run: Callable[[int], float]) -> float:
     return statistics.median(run(i) for i in range(repeat))
 
 
+def _produce_run(bootstrap: str, sizes: Sizes, extra: dict[str, object], i: int) -> float:
+    topic = f"produce-{sizes.value_bytes}-{i}"  # auto-created by both brokers
+    return produce(bootstrap, topic, sizes, extra)
+
+
+def _consume_run(bootstrap: str, topic: str, count: int, isolation: str, _i: int) -> float:
+    return consume(bootstrap, topic, count, isolation)
+
+
+def _disk_run(directory: str, total_bytes: int, _i: int) -> float:
+    return disk_bandwidth(directory, total_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
@@ -190,17 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, float] = {}
     broker = OnceflowBroker()
     _, mock = mock_cluster()
+    idempotent = {"enable.idempotence": True}
     try:
         for value_bytes in (1024, 100):
             s = Sizes(sizes.messages, value_bytes, sizes.repeat)
             mb = s.messages * value_bytes / 1e6
             for name, bootstrap in (("onceflow", broker.bootstrap), ("mock", mock)):
-
-                def one(i: int, bootstrap: str = bootstrap, value_bytes: int = value_bytes) -> float:
-                    topic = f"produce-{value_bytes}-{i}"  # auto-created by both brokers
-                    return produce(bootstrap, topic, s, {"enable.idempotence": False})
-
-                seconds = median_of(s.repeat, one)
+                run = functools.partial(_produce_run, bootstrap, s, idempotent)
+                seconds = median_of(s.repeat, run)
                 figures[f"produce_{value_bytes}B_{name}_MBps"] = mb / seconds
                 figures[f"produce_{value_bytes}B_{name}_msgps"] = s.messages / seconds
             figures[f"produce_{value_bytes}B_ratio_to_mock"] = (
@@ -209,11 +220,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         topic = "produce-1024-0"
         for isolation in ("read_uncommitted", "read_committed"):
-            seconds = median_of(
-                sizes.repeat, lambda _i, iso=isolation: consume(broker.bootstrap, topic, sizes.messages, iso)
+            run = functools.partial(
+                _consume_run, broker.bootstrap, topic, sizes.messages, isolation
             )
+            seconds = median_of(sizes.repeat, run)
             figures[f"consume_{isolation}_MBps"] = sizes.messages * 1024 / 1e6 / seconds
-        disk = median_of(sizes.repeat, lambda _i: disk_bandwidth(broker.dir, 64 << 20 if args.smoke else 512 << 20))
+        disk_bytes = 64 << 20 if args.smoke else 512 << 20
+        disk = median_of(sizes.repeat, functools.partial(_disk_run, broker.dir, disk_bytes))
         figures["disk_durable_write_MBps"] = disk
         figures["produce_1024B_fraction_of_disk"] = figures["produce_1024B_onceflow_MBps"] / disk
     finally:

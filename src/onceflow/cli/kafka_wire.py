@@ -27,6 +27,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32
 
 from onceflow.cli.common import CliError
 from onceflow.errors import ErrorCode
@@ -175,9 +176,9 @@ class Connection:
         self._correlation += 1
         header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
         header = header_cls(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=self._correlation,
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(self._correlation),
             client_id=CLIENT_ID,
         )
         payload = _encode(header) + _encode(request)
@@ -205,7 +206,9 @@ class Connection:
                 _, pos = entity_reader(ResponseHeaderV1)(frame, 0)
             body, _ = entity_reader(cls)(frame, pos)
         except Exception as exc:  # kio raises assorted errors on bytes it cannot parse
-            raise CliError(f"unreadable {name} v{version} response from {self.address}: {exc}")
+            raise CliError(
+                f"unreadable {name} v{version} response from {self.address}: {exc}"
+            ) from None
         return body
 
     def _recv_exact(self, n: int) -> bytes:

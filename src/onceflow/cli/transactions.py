@@ -14,6 +14,7 @@ Aborting a transaction that is *not* hanging breaks its atomicity: check first.
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import time
 from collections import defaultdict
@@ -160,9 +161,9 @@ def _or_none(value: int) -> object:
 
 def _ms(value: Any) -> int:
     """kio hands int64 millisecond timestamps over as datetimes, durations as timedeltas."""
-    if hasattr(value, "timestamp"):
+    if isinstance(value, datetime.datetime):
         return round(value.timestamp() * 1000)
-    if hasattr(value, "total_seconds"):
+    if isinstance(value, datetime.timedelta):
         return round(value.total_seconds() * 1000)
     return int(value)
 
@@ -179,9 +180,10 @@ def run_list(args: argparse.Namespace) -> int:
         rows = []
         for node in cluster.brokers():
             connection = cluster.node(node.node_id)
-            if args.duration_filter is not None and connection.version_for(
-                ApiKey.LIST_TRANSACTIONS
-            ) < 1:
+            if (
+                args.duration_filter is not None
+                and connection.version_for(ApiKey.LIST_TRANSACTIONS) < 1
+            ):
                 raise CliError(
                     f"the broker at {node.address} cannot filter by duration "
                     "(ListTransactions v1, Kafka 3.8+)"
@@ -196,9 +198,7 @@ def run_list(args: argparse.Namespace) -> int:
                 (t.transactional_id, node.node_id, t.producer_id, t.transaction_state)
                 for t in response.transaction_states
             ]
-    _print_table(
-        ("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), sorted(rows)
-    )
+    _print_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), sorted(rows))
     return 0
 
 
@@ -217,8 +217,7 @@ def _list_transactions(
     if response.error_code != ErrorCode.none:
         raise KafkaApiError(
             response.error_code,
-            f"cannot list transactions at {connection.address}: "
-            f"{error_name(response.error_code)}",
+            f"cannot list transactions at {connection.address}: {error_name(response.error_code)}",
         )
     if response.unknown_state_filters:
         raise UsageError(
@@ -232,15 +231,12 @@ def _list_transactions(
 
 
 def _describe_transaction(connection: Connection, transactional_id: str) -> Any:
-    response = connection.call(
-        ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=(transactional_id,)
-    )
+    response = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=(transactional_id,))
     (state,) = response.transaction_states
     if state.error_code != ErrorCode.none:
         raise KafkaApiError(
             state.error_code,
-            f"cannot describe transactional id {transactional_id}: "
-            f"{error_name(state.error_code)}",
+            f"cannot describe transactional id {transactional_id}: {error_name(state.error_code)}",
         )
     return state
 
@@ -577,8 +573,7 @@ def _abort_target(args: argparse.Namespace, connection: Connection) -> OpenTrans
                 p.last_timestamp,
             )
     raise CliError(
-        f"no open transaction starts at offset {args.start_offset} of "
-        f"{args.topic}-{args.partition}"
+        f"no open transaction starts at offset {args.start_offset} of {args.topic}-{args.partition}"
     )
 
 
