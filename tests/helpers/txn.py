@@ -293,7 +293,9 @@ class _AioKafkaTxn(TxnProducer):
         self.run(self.p.begin_transaction())
 
     def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None) -> None:
-        self._futures.append(self.run(self.p.send(topic, value=value, key=key, partition=partition)))
+        self._futures.append(
+            self.run(self.p.send(topic, value=value, key=key, partition=partition))
+        )
 
     def flush(self) -> list[tuple[int, int, bytes]]:
         futures, self._futures = self._futures, []

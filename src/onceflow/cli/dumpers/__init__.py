@@ -3,7 +3,7 @@
 Importing this package registers every built-in dumper; see `registry` for adding more.
 """
 
-from onceflow.cli.dumpers import indexes, segment, snapshot
+from onceflow.cli.dumpers import indexes, segment, snapshot, transactions
 from onceflow.cli.dumpers.registry import (
     DumpOptions,
     base_offset_of,
@@ -21,4 +21,5 @@ __all__ = [
     "segment",
     "snapshot",
     "suffixes_in_directory",
+    "transactions",
 ]
