@@ -27,7 +27,7 @@ from onceflow.coordinator.transaction.state import TxnState
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import RequestHeader, build, encode_body, request_type
-from onceflow.records.batch import parse_header
+from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
 from onceflow.storage.partition_log import PartitionLog
 
@@ -78,7 +78,7 @@ class Harness:
             base_sequence=sequence,
             transactional=transactional,
         )
-        result = plog.append_batches(batch, [parse_header(batch)])
+        result = plog.append_batches(batch, validate_produced_batches(batch, 1 << 20))
         self.broker.appended(plog)
         return result.first_offset
 
@@ -205,8 +205,9 @@ def test_describe_producers_unknown_partition_and_topic(tmp_path: Path) -> None:
             0,
             **describe_producers_request({TOPIC: (7,), "missing": (0,)}),
         )
-        errors = {(t.name, p.partition_index): p.error_code for t in response.topics
-                  for p in t.partitions}  # fmt: skip
+        errors = {
+            (t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions
+        }
         assert errors == {
             (TOPIC, 7): ErrorCode.unknown_topic_or_partition,
             ("missing", 0): ErrorCode.unknown_topic_or_partition,
