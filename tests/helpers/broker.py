@@ -89,6 +89,8 @@ class BrokerProcess:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        # Log bytes before this are not searched for internal errors (a lost port race).
+        self.errors_ignored_before = 0
 
     # ---- properties ------------------------------------------------------------------
 
@@ -124,7 +126,7 @@ class BrokerProcess:
         (a handler crash, a failed periodic task), even when clients did not notice."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(since)
+                f.seek(max(since, self.errors_ignored_before))
                 text = f.read().decode(errors="replace")
         except FileNotFoundError:
             return []
@@ -155,6 +157,7 @@ class BrokerProcess:
                 # Only a first start may move; a restart must keep its address.
                 if self.starts == 1 and attempt < 2 and "address already in use" in self.log:
                     self.kill()
+                    self.errors_ignored_before = self.log_size()
                     self.port = free_port()
                     self.starts = 0
                     continue

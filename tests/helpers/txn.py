@@ -34,6 +34,7 @@ from onceflow.coordinator.transaction.metadata import TxnTransit
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import decode_records
+from onceflow.storage.indexes.txn import ENTRY as TXN_INDEX_ENTRY
 from tests.helpers.clients import QUIET_LOGGER, admin_client
 
 __all__ = [
@@ -45,9 +46,12 @@ __all__ = [
     "confluent_txn_producer",
     "end_offsets",
     "fencing_error",
+    "last_txn_state",
     "make_txn_producer",
+    "markers_after",
     "partition_batches",
     "read_records",
+    "truncate_batch",
     "txn_log_records",
     "wait_for",
     "wait_stable",
@@ -109,26 +113,26 @@ def fencing_error(exc: BaseException) -> str | None:
     """Why `exc` says its producer was fenced (or is fatally broken), else None.
 
     confluent-kafka: a fatal KafkaError, or PRODUCER_FENCED / INVALID_PRODUCER_EPOCH /
-    _FENCED. kafka-python and aiokafka: their fenced / epoch errors, also when wrapped.
+    _FENCED. kafka-python and aiokafka: their fenced / epoch errors. Exceptions it was
+    raised from count too (confluent-kafka can raise a fatal error out of a callback).
     """
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        err = exc.args[0]
-        fenced = {
-            KafkaError.PRODUCER_FENCED,
-            KafkaError.INVALID_PRODUCER_EPOCH,
-            KafkaError._FENCED,
-        }
-        if err.fatal() or err.code() in fenced:
-            return f"confluent {err.name()} fatal={err.fatal()}: {err.str()}"
-        return None
+    fenced_codes = {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._FENCED,
+    }
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        name = type(cur).__name__
-        text = f"{name}: {cur}"
-        if "Fenced" in name or "ProducerEpoch" in name or "fenced" in str(cur).lower():
-            return text
+        if isinstance(cur, KafkaException) and cur.args and isinstance(cur.args[0], KafkaError):
+            err = cur.args[0]
+            if err.fatal() or err.code() in fenced_codes:
+                return f"confluent {err.name()} fatal={err.fatal()}: {err.str()}"
+        else:
+            name = type(cur).__name__
+            if "Fenced" in name or "ProducerEpoch" in name:
+                return f"{name}: {cur}"
         cur = cur.__cause__ or cur.__context__
     return None
 
@@ -189,7 +193,13 @@ class _ConfluentTxn(TxnProducer):
         self.p.poll(0)
 
     def flush(self) -> list[tuple[int, int, bytes]]:
-        left = self.p.flush(OP_TIMEOUT_S)
+        try:
+            left = self.p.flush(OP_TIMEOUT_S)
+        except SystemError as exc:
+            # A fatal error raised while a delivery callback ran: surface the real one.
+            if isinstance(exc.__context__, KafkaException):
+                raise exc.__context__ from None
+            raise
         assert left == 0, f"{left} records undelivered after {OP_TIMEOUT_S} s"
         done, self._pending = self._pending, []
         for err, _ in done:
@@ -207,7 +217,8 @@ class _ConfluentTxn(TxnProducer):
         # A fenced producer cannot flush; purge so close never waits on a dead transaction.
         with contextlib.suppress(Exception):
             self.p.purge()
-        self.p.flush(0)
+        with contextlib.suppress(KafkaException):
+            self.p.flush(0)
 
 
 class _KafkaPythonTxn(TxnProducer):
@@ -615,3 +626,31 @@ def markers_after(batches: Sequence[DiskBatch], producer_id: int, offset: int) -
         and b.header.producer_id == producer_id
         and b.header.base_offset >= offset
     ]
+
+
+def last_txn_state(
+    data_dir: str | Path, transactional_id: str, num_partitions: int = 50
+) -> TxnTransit | None:
+    """The newest `__transaction_state` record of `transactional_id` on disk, if any."""
+    records = txn_log_records(data_dir, transactional_id, num_partitions)
+    return records[-1][1] if records else None
+
+
+def truncate_batch(batch: DiskBatch) -> None:
+    """Cut a segment file just before `batch`, which must be the file's last batch: the
+    state a crash leaves when the process dies before writing it. An ABORT marker's
+    `.txnindex` entry goes too (it is written with the marker)."""
+    size = batch.path.stat().st_size
+    assert size == batch.end, f"{batch.path}: batch at {batch.position} is not the last one"
+    with open(batch.path, "r+b") as f:
+        f.truncate(batch.position)
+    if batch.marker is ControlType.ABORT:
+        index = batch.path.with_suffix(".txnindex")
+        if index.exists():
+            raw = index.read_bytes()
+            keep = [
+                raw[i : i + TXN_INDEX_ENTRY.size]
+                for i in range(0, len(raw), TXN_INDEX_ENTRY.size)
+                if TXN_INDEX_ENTRY.unpack_from(raw, i)[3] < batch.header.base_offset
+            ]
+            index.write_bytes(b"".join(keep))

@@ -305,21 +305,12 @@ def test_junk_in_the_offsets_topic_is_refused_and_the_broker_still_restarts(
     assert broker.running
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="message.timestamp.type=LogAppendTime is accepted and described but not applied "
-    "on produce (handlers/produce.py keeps CreateTime; no batch rewrite)",
-)
 def test_log_append_time_topic_overrides_producer_timestamps(
     shared_broker: BrokerProcess,
 ) -> None:
     check_log_append_time_topic_overrides_producer_timestamps(shared_broker)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="message.timestamp.after.max.ms / before.max.ms are not enforced on produce",
-)
 def test_timestamp_too_far_in_the_future_is_rejected(shared_broker: BrokerProcess) -> None:
     bs = shared_broker.bootstrap
     topic = create_topic(bs, partitions=1, config={"message.timestamp.after.max.ms": "60000"})

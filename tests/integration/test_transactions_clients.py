@@ -289,4 +289,3 @@ def test_stalled_transaction_is_aborted_by_timeout_and_producer_fenced(
     # Nothing of it ever becomes visible.
     ends = wait_stable(broker.bootstrap, topic, [0, 1])
     assert read_records("confluent", broker.bootstrap, topic, ends, committed=True) == []
-

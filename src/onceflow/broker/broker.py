@@ -111,6 +111,9 @@ class Broker:
             min_compaction_lag_ms=topic.min_compaction_lag_ms,
             min_cleanable_dirty_ratio=topic.min_cleanable_dirty_ratio,
             durable=self.config.onceflow_fsync_on_ack,
+            log_append_time=topic.message_timestamp_type == "LogAppendTime",
+            timestamp_after_max_ms=topic.message_timestamp_after_max_ms,
+            timestamp_before_max_ms=topic.message_timestamp_before_max_ms,
         )
 
     # ---- lifecycle -------------------------------------------------------------------

@@ -14,12 +14,15 @@ must answer it: a partition's leader, a transactional id's coordinator, or every
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import socket
 import struct
 import time
+import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from kio.index import load_payload_module
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -27,7 +30,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
 from onceflow.cli.common import CliError
 from onceflow.errors import ErrorCode
@@ -40,6 +43,7 @@ __all__ = [
     "KafkaApiError",
     "Node",
     "error_name",
+    "lenient_schema",
     "request_entity",
 ]
 
@@ -92,6 +96,43 @@ def request_entity(api_key: int, api_version: int, name: str, /, **fields: Any) 
     """A nested request entity of one API version (e.g. DescribeProducers' TopicRequest)."""
     module = load_payload_module(api_key, api_version, EntityType.request)
     return build(getattr(module, name), **fields)
+
+
+_SCHEMA_CLASS_VARS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+
+
+@functools.cache
+def lenient_schema(cls: Any) -> Any:
+    """`cls` with every datetime_i64 field read as plain int64 milliseconds.
+
+    kio refuses to read a negative timestamp, yet Kafka sends -1 for "none" (e.g. the
+    start time of a transactional id with no transaction running in DescribeTransactions).
+    Returns `cls` itself when nothing in it (or nested in it) needs the change.
+    """
+    changed = False
+    fields = []
+    for f in dataclasses.fields(cls):
+        kind, metadata = f.type, dict(f.metadata)
+        if metadata.get("kafka_type") == "datetime_i64":
+            kind, metadata["kafka_type"], changed = i64, "int64", True
+        elif get_origin(kind) is tuple and dataclasses.is_dataclass(get_args(kind)[0]):
+            inner = lenient_schema(get_args(kind)[0])
+            if inner is not get_args(kind)[0]:
+                kind, changed = types.GenericAlias(tuple, (inner, ...)), True
+        elif isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            inner = lenient_schema(kind)
+            if inner is not kind:
+                kind, changed = inner, True
+        extra: dict[str, Any] = {}
+        if f.default is not dataclasses.MISSING:
+            extra["default"] = f.default
+        fields.append((f.name, kind, dataclasses.field(metadata=metadata, **extra)))
+    if not changed:
+        return cls
+    namespace = {name: getattr(cls, name) for name in _SCHEMA_CLASS_VARS if hasattr(cls, name)}
+    return dataclasses.make_dataclass(
+        cls.__name__, fields, namespace=namespace, frozen=True, slots=True, kw_only=True
+    )
 
 
 def _encode(entity: Any) -> bytes:
@@ -196,7 +237,7 @@ class Connection:
         return self._decode(api_key, version, frame, name)
 
     def _decode(self, api_key: int, version: int, frame: bytes, name: str) -> Any:
-        cls = response_type(api_key, version)
+        cls = lenient_schema(response_type(api_key, version))
         try:
             (correlation,) = _CORRELATION.unpack_from(frame, 0)
             if correlation != self._correlation:

@@ -23,6 +23,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes not counted by batchLen
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21  # the CRC covers from here to the end of the batch
+MAX_TIMESTAMP_OFFSET = 35
 CURRENT_MAGIC = 2
 
 COMPRESSION_MASK = 0x07
@@ -38,6 +39,8 @@ NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 
 _BASE_AND_EPOCH = struct.Struct(">q")
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
 _EPOCH = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
 
@@ -229,3 +232,22 @@ def read_batch_length(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """The whole size of the batch at `pos`, from its length field."""
     (length,) = _LENGTH.unpack_from(buf, pos + 8)
     return int(length) + LOG_OVERHEAD
+
+
+def stamp_log_append_time(
+    buf: bytearray, headers: list[BatchHeader], now_ms: int
+) -> list[BatchHeader]:
+    """Mark every batch LOG_APPEND_TIME with `now_ms` as its max timestamp, as Kafka does for
+    topics with message.timestamp.type=LogAppendTime. Both fields are under the CRC, so each
+    batch's CRC is computed again (per batch, in C)."""
+    out: list[BatchHeader] = []
+    pos = 0
+    for header in headers:
+        attributes = header.attributes | TIMESTAMP_TYPE_MASK
+        _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+        _BASE_AND_EPOCH.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
+        crc = compute_crc(buf, pos, header.size)
+        _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
+        out.append(header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc))
+        pos += header.size
+    return out

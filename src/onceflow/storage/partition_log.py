@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
-from onceflow.records.batch import BatchHeader, assign_offsets, parse_header
+from onceflow.records.batch import (
+    BatchHeader,
+    assign_offsets,
+    parse_header,
+    stamp_log_append_time,
+)
 from onceflow.records.control import ControlType, build_control_batch, parse_control_record
 from onceflow.records.record import decode_records
 from onceflow.storage.fs import FileHandle, FileSystem
@@ -47,6 +52,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
     durable: bool = True  # answer acks=-1 and expose data only after fsync
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
+    timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms
+    timestamp_before_max_ms: int = (1 << 63) - 1  # message.timestamp.before.max.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,7 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     duplicate: bool = False  # a producer's retry: nothing was appended
+    log_append_time: int = -1  # the broker's timestamp, for LogAppendTime topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,8 @@ class PartitionLog:
         nothing, and a fenced or out-of-order batch raises Kafka's error.
         """
         first = self.log_end_offset
+        if from_client and not self.config.log_append_time:
+            self._check_timestamps(headers)
         placed = [h._replace(base_offset=o) for h, o in _bases(headers, first)]
         plan = self.producer_state.plan()
         for header in placed:
@@ -181,13 +192,35 @@ class PartitionLog:
                     )
                 plan.check(header)
             plan.add(header)
-        return self._write(placed, data, plan)
+        return self._write(placed, data, plan, stamp_time=from_client)
+
+    def _check_timestamps(self, headers: list[BatchHeader]) -> None:
+        """message.timestamp.after/before.max.ms, per batch (its first and max timestamps)."""
+        now = self.clock.now_ms()
+        for header in headers:
+            if (
+                header.max_timestamp - now > self.config.timestamp_after_max_ms
+                or now - header.base_timestamp > self.config.timestamp_before_max_ms
+            ):
+                raise KafkaError(
+                    ErrorCode.invalid_timestamp,
+                    f"timestamp {header.max_timestamp} is out of the allowed range around "
+                    f"the broker's time {now}",
+                )
 
     def _write(
-        self, placed: list[BatchHeader], data: bytes | bytearray | memoryview, plan: AppendPlan
+        self,
+        placed: list[BatchHeader],
+        data: bytes | bytearray | memoryview,
+        plan: AppendPlan,
+        stamp_time: bool = False,
     ) -> AppendResult:
         first = self.log_end_offset
         stamped = assign_offsets(data, placed, first, self.leader_epoch)
+        append_time = -1
+        if stamp_time and self.config.log_append_time:
+            append_time = self.clock.now_ms()
+            placed = stamp_log_append_time(stamped, placed, append_time)
         self._maybe_roll(len(stamped), placed)
         self.active.append(stamped, placed)
         self.log_end_offset = placed[-1].next_offset
@@ -196,7 +229,9 @@ class PartitionLog:
         self._mark_dirty()
         if not self.config.durable:
             self._advance_high_watermark(self.log_end_offset, self.active, self.active.size)
-        return AppendResult(first, self.log_end_offset - 1, self.log_start_offset)
+        return AppendResult(
+            first, self.log_end_offset - 1, self.log_start_offset, log_append_time=append_time
+        )
 
     def _mark_dirty(self) -> None:
         if not self._dirty or self._dirty[-1] is not self.active:

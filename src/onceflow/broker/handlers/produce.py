@@ -29,6 +29,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             message = None
             base_offset = -1
             log_start = -1
+            append_time: datetime.datetime | None = None
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -57,6 +58,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     )
                 result = plog.append_batches(records, headers)
                 base_offset, log_start = result.first_offset, result.log_start_offset
+                if result.log_append_time >= 0:
+                    append_time = datetime.datetime.fromtimestamp(
+                        result.log_append_time / 1000, datetime.UTC
+                    )
                 broker.appended(plog)
                 if acks == -1 and plog.config.durable:
                     waits.append(broker.flusher.durable(plog, result.last_offset))
@@ -68,7 +73,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     index=data.index,
                     error_code=error,
                     base_offset=base_offset,
-                    log_append_time=None,  # -1: the producer's CreateTime is kept
+                    log_append_time=append_time,  # None (-1): the producer's CreateTime
                     log_start_offset=log_start,
                     record_errors=(),
                     error_message=message,

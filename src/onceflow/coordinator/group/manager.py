@@ -126,19 +126,25 @@ class GroupMetadataManager:
                         ):
                             offsets[settled_key] = committed
                 continue
-            key = decode_key(entry.key) if entry.key is not None else None
-            if isinstance(key, OffsetKey):
-                value = (
-                    None
-                    if entry.value is None
-                    else CommittedOffset(decode_offset_value(entry.value), seq)
-                )
-                if entry.transactional:
-                    pending.setdefault(entry.producer_id, {})[key] = value
-                else:
-                    offsets[key] = value
-            elif isinstance(key, GroupKey):
-                groups[key.group] = None if entry.value is None else decode_group_value(entry.value)
+            try:
+                key = decode_key(entry.key) if entry.key is not None else None
+                if isinstance(key, OffsetKey):
+                    value = (
+                        None
+                        if entry.value is None
+                        else CommittedOffset(decode_offset_value(entry.value), seq)
+                    )
+                    if entry.transactional:
+                        pending.setdefault(entry.producer_id, {})[key] = value
+                    else:
+                        offsets[key] = value
+                elif isinstance(key, GroupKey):
+                    groups[key.group] = (
+                        None if entry.value is None else decode_group_value(entry.value)
+                    )
+            except KafkaError as exc:
+                # One undecodable record must not keep the broker from starting.
+                log.error("skipping an undecodable record at offset %d: %s", entry.offset, exc)
         now = self._clock.now_ms()
         for group_id, record in groups.items():
             if record is not None:
