@@ -305,7 +305,7 @@ def test_topic_of() -> None:
     [
         (lambda d: d / "missing.log", "no such file or directory"),
         (lambda d: write(d, "notes.txt", b"x"), "cannot dump"),
-        (lambda d: write(d / "empty-0", "notes.txt", b"x").parent, "holds no .log files"),
+        (lambda d: write(d / "empty-0", "notes.txt", b"x").parent, "holds no .log"),
     ],
 )
 def test_user_errors_are_one_line(
