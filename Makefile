@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python
+.PHONY: run test lint typecheck unit bench serve clean check-python check-java venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml | check-python
 
 venv: $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/python -m onceflow.cli.main serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
+check-java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "error: the Spark connector and its tests need Java 17 on PATH (install a JDK 17)." >&2; exit 1; }
+
+run: $(STAMP) check-java
+	$(BIN)/python -m onceflow.demo $(ARGS)
+
+serve: $(STAMP)
+	$(BIN)/python -m onceflow serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -29,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+test: lint check-java
 	@$(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 

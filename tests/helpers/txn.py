@@ -454,12 +454,10 @@ def _read_confluent(
                     f"confluent reader of {topic} did not reach {ends} within {timeout} s; "
                     f"positions {positions}, {len(got)} records"
                 )
-            msg = c.poll(0.1)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                raise AssertionError(f"consumer error reading {topic}: {msg.error()}")
-            got.append(Rec(msg.partition(), msg.offset(), msg.key(), msg.value()))
+            for msg in c.consume(1000, 0.1):
+                if msg.error() is not None:
+                    raise AssertionError(f"consumer error reading {topic}: {msg.error()}")
+                got.append(Rec(msg.partition(), msg.offset(), msg.key(), msg.value()))
     finally:
         c.close()
 
@@ -503,7 +501,7 @@ def _read_kafka_python(
                     f"kafka-python reader of {topic} did not reach {ends} within {timeout} s; "
                     f"positions {positions}, {len(got)} records"
                 )
-            for _tp, msgs in c.poll(timeout_ms=100).items():
+            for _tp, msgs in c.poll(timeout_ms=100, max_records=5000).items():
                 got.extend(Rec(m.partition, m.offset, m.key, m.value) for m in msgs)
     finally:
         c.close()

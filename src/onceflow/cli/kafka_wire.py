@@ -38,6 +38,7 @@ from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type, response_type
 
 __all__ = [
+    "WRITE_TXN_MARKERS",
     "Cluster",
     "Connection",
     "KafkaApiError",
@@ -51,6 +52,7 @@ CLIENT_ID = "onceflow-cli"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 KEY_TYPE_TRANSACTION = 1
+WRITE_TXN_MARKERS = 27  # Kafka's API key; not among the APIs the broker's ApiKey names
 RETRY_BACKOFF_S = 0.2
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -64,7 +66,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
-    27: (1, 2),  # WriteTxnMarkers
+    WRITE_TXN_MARKERS: (1, 2),
 }
 API_NAMES: dict[int, str] = {
     ApiKey.METADATA: "Metadata",
@@ -72,7 +74,7 @@ API_NAMES: dict[int, str] = {
     ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
     ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     ApiKey.LIST_TRANSACTIONS: "ListTransactions",
-    27: "WriteTxnMarkers",
+    WRITE_TXN_MARKERS: "WriteTxnMarkers",
 }
 
 

@@ -30,6 +30,7 @@ from onceflow.cli.common import (
     positive_int,
 )
 from onceflow.cli.kafka_wire import (
+    WRITE_TXN_MARKERS,
     Cluster,
     Connection,
     KafkaApiError,
@@ -44,7 +45,6 @@ __all__ = ["OpenTransaction", "register"]
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_TXN_TIMEOUT_MIN = 15  # transaction.max.timeout.ms's default, in minutes
-WRITE_TXN_MARKERS = 27
 NO_VALUE = "None"
 # Coordinator states in which the coordinator itself will still write the markers.
 _IN_FLIGHT = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
@@ -232,7 +232,10 @@ def _list_transactions(
 
 def _describe_transaction(connection: Connection, transactional_id: str) -> Any:
     response = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=(transactional_id,))
-    (state,) = response.transaction_states
+    found = [s for s in response.transaction_states if s.transactional_id == transactional_id]
+    if not found:
+        raise CliError(f"{connection.address} did not describe transactional id {transactional_id}")
+    state = found[0]
     if state.error_code != ErrorCode.none:
         raise KafkaApiError(
             state.error_code,

@@ -1,0 +1,219 @@
+"""`make run`: an exactly-once payments pipeline, a crash in the middle, and the proof.
+
+1. start an embedded Onceflow broker (a subprocess with a temporary data dir), unless
+   `--bootstrap-server` points at a broker of your own;
+2. generate payment events with a transactional producer, some transactions aborted;
+3. run the Spark job (onceflow.demo.job) in its own process;
+4. SIGKILL the job's driver in the middle of a micro-batch, and start it again from its
+   checkpoints while the generator keeps producing;
+5. check with read_committed consumers that every committed payment appears exactly once,
+   that no aborted payment appears anywhere, and that the balances equal the sums computed
+   independently from the input.
+
+It prints progress, then a table, and exits non-zero if any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from onceflow.demo.checks import Report, check_pipeline
+from onceflow.demo.generator import generate
+from onceflow.demo.job import BALANCES_TOPIC, CLEAN_TOPIC, PAYMENTS_TOPIC
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the embedded broker exited at startup; see its log above")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("the embedded broker did not start listening in time")
+
+
+def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    log = (workdir / "broker.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "onceflow",
+            "serve",
+            "--data-dir",
+            str(workdir / "broker-data"),
+            "--listener",
+            f"127.0.0.1:{port}",
+            "--override",
+            "group.initial.rebalance.delay.ms=0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for_port(port, proc)
+    return proc, f"127.0.0.1:{port}"
+
+
+def create_topics(bootstrap: str) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no __all__
+        AdminClient,
+        NewTopic,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    wanted = [
+        NewTopic(PAYMENTS_TOPIC, num_partitions=3),
+        NewTopic(CLEAN_TOPIC, num_partitions=3),
+        NewTopic(BALANCES_TOPIC, num_partitions=2),
+    ]
+    for topic, future in admin.create_topics(wanted).items():
+        try:
+            future.result(30)
+        except Exception as exc:  # an existing topic (a user's broker, a rerun) is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise SystemExit(f"cannot create topic {topic}: {exc}") from exc
+
+
+def start_job(bootstrap: str, checkpoint: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "onceflow.demo.job",
+            "--bootstrap-server",
+            bootstrap,
+            "--checkpoint",
+            str(checkpoint),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def batches(checkpoint: Path, kind: str) -> set[int]:
+    folder = checkpoint / "clean" / kind
+    if not folder.is_dir():
+        return set()
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
+
+
+def kill_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, after: int) -> int:
+    """SIGKILL the driver while a micro-batch is planned but not yet committed."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if job.poll() is not None:
+            raise SystemExit("the Spark job exited on its own; see job.log")
+        planned, committed = batches(checkpoint, "offsets"), batches(checkpoint, "commits")
+        running = planned - committed
+        if len(committed) >= after and running:
+            job.send_signal(signal.SIGKILL)
+            job.wait()
+            return max(running)
+        time.sleep(0.01)
+    raise SystemExit("the Spark job made no progress; see job.log")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap-server", help="use this broker instead of an embedded one")
+    parser.add_argument("--payments", type=int, default=3000)
+    parser.add_argument("--kills", type=int, default=1, help="driver SIGKILLs during the run")
+    parser.add_argument("--workdir", help="keep broker data, checkpoints and logs here")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for the whole run")
+    args = parser.parse_args(argv)
+    if shutil.which("java") is None:
+        print("error: the Spark job needs Java 17 ('java' is not on PATH)", file=sys.stderr)
+        return 1
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="onceflow-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    checkpoint = workdir / "checkpoints"
+    broker = None
+    job: subprocess.Popen[bytes] | None = None
+    started = time.monotonic()
+    try:
+        if args.bootstrap_server:
+            bootstrap = args.bootstrap_server
+            say(f"using your broker at {bootstrap}")
+        else:
+            broker, bootstrap = start_broker(workdir)
+            say(f"embedded broker on {bootstrap} (data in {workdir / 'broker-data'})")
+        create_topics(bootstrap)
+        ledger = workdir / "generated.jsonl"
+        ledger.unlink(missing_ok=True)
+        outcome: dict[str, tuple[int, int]] = {}
+
+        def run_generator() -> None:
+            outcome["counts"] = generate(bootstrap, PAYMENTS_TOPIC, args.payments, ledger)
+
+        generator = threading.Thread(target=run_generator, name="generator", daemon=True)
+        generator.start()
+        say(f"generating {args.payments} payments in transactions, some aborted on purpose")
+        job = start_job(bootstrap, checkpoint, workdir / "job.log")
+        say("Spark job started (local[2]); waiting for its first micro-batches")
+        for kill in range(args.kills):
+            batch = kill_mid_batch(job, checkpoint, after=2 + 2 * kill)
+            say(f"SIGKILLed the driver in the middle of micro-batch {batch}")
+            job = start_job(bootstrap, checkpoint, workdir / "job.log")
+            say("restarted the job from its checkpoints")
+        generator.join(args.timeout)
+        if "counts" not in outcome:
+            raise SystemExit("the generator did not finish")
+        committed, aborted = outcome["counts"]
+        say(f"generator done: {committed} payments committed, {aborted} aborted")
+        report = wait_and_check(bootstrap, ledger, job, started + args.timeout)
+    finally:
+        if job is not None and job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+        if broker is not None:
+            broker.send_signal(signal.SIGTERM)
+            broker.wait(60)
+    print(report.table())
+    say(f"finished in {time.monotonic() - started:.0f} s; files in {workdir}")
+    return 0 if report.passed else 1
+
+
+def wait_and_check(
+    bootstrap: str, ledger: Path, job: subprocess.Popen[bytes], deadline: float
+) -> Report:
+    """Let the job catch up, then check; while outputs are still short, keep waiting."""
+    report = check_pipeline(bootstrap, ledger)
+    while not report.caught_up and time.monotonic() < deadline:
+        if job.poll() is not None:
+            say("the Spark job exited unexpectedly; see job.log")
+            break
+        time.sleep(2)
+        report = check_pipeline(bootstrap, ledger)
+        say(f"waiting for the job: {report.progress}")
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main())
