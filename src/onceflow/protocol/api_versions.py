@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     DESCRIBE_PRODUCERS = 61
@@ -67,6 +68,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 3),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),
 }
 
 

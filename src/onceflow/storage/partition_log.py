@@ -450,7 +450,7 @@ class PartitionLog:
             kept = [e for e in segment.txn_index.entries if e.last_offset < start]
             upper = self.segments[index + 1].base_offset if index + 1 < len(self.segments) else None
             mine = [
-                AbortedTxn(c.producer_id, c.first_offset, c.last_offset, c.last_offset)
+                AbortedTxn(c.producer_id, c.first_offset, c.last_offset, c.last_offset + 1)
                 for c in aborted
                 if c.last_offset >= segment.base_offset and (upper is None or c.last_offset < upper)
             ]
@@ -487,10 +487,12 @@ class PartitionLog:
         completed = plan.add_marker(header, not commit, coordinator_epoch)
         result = self._write([header], batch, plan)
         if completed is not None and completed.aborted:
+            # The stable offset once this transaction ended: the oldest still-open one's
+            # first offset, or just past the marker.
+            first_open = self.producer_state.first_unstable_offset()
+            stable = header.base_offset + 1 if first_open is None else first_open
             self.active.txn_index.append(
-                AbortedTxn(
-                    producer_id, completed.first_offset, header.base_offset, self.last_stable_offset
-                )
+                AbortedTxn(producer_id, completed.first_offset, header.base_offset, stable)
             )
         return result
 

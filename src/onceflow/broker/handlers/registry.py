@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceflow.broker.handlers import admin, group, txn
+from onceflow.broker.handlers import admin, group, txn, txn_admin
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
 from onceflow.broker.handlers.fetch import handle_fetch
@@ -22,6 +22,7 @@ HANDLERS: dict[int, Handler] = {
     **admin.HANDLERS,
     **group.HANDLERS,
     **txn.HANDLERS,
+    **txn_admin.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

@@ -1,0 +1,143 @@
+"""The sink's ledger: the last micro-batch each write task of a sink has committed.
+
+One entry per (sink, task partition), that is per transactional id `<sink>-<partition>`:
+the committed offset of consumer group `onceflow-sink-<sink>-<partition>` on partition 0 of
+the ledger topic, which holds `last batch id + 1`. The task writes the entry with
+`send_offsets_to_transaction` inside the same Kafka transaction as its records, so the entry
+and the records become visible together or not at all (TxnOffsetCommit semantics: pending
+transactional offsets materialise only when the COMMIT marker reaches `__consumer_offsets`).
+
+The ledger is read with OffsetFetch `require_stable` (librdkafka sets it for a consumer with
+`isolation.level=read_committed`): an entry whose transaction is still being decided is
+waited out, never read half-way. The task reads it only after `init_transactions()`, which
+has fenced every older attempt of the task and completed (committed or aborted) its open
+transaction, so what it reads cannot change behind its back.
+
+The ledger topic never receives a record; it exists because Kafka accepts committed offsets
+only for a partition that exists. A group per task (rather than one per sink) keeps it at a
+single partition, so the sink never has to grow it (which would need CreatePartitions).
+Everything goes through confluent-kafka, so the ledger works on Apache Kafka unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+__all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "ledger_group"]
+
+DEFAULT_LEDGER_TOPIC = "__onceflow_sink_ledger"
+LEDGER_GROUP_PREFIX = "onceflow-sink-"
+LEDGER_PARTITION = 0
+
+# Ledger topics this process has already seen exist (Python workers are reused across
+# tasks, so most tasks skip the metadata round trip). Keyed by (bootstrap servers, topic).
+_known_topics: set[tuple[str, str]] = set()
+_known_lock = threading.Lock()
+
+
+def ledger_group(transactional_id: str) -> str:
+    """The consumer group that holds the ledger entry of one write task."""
+    return LEDGER_GROUP_PREFIX + transactional_id
+
+
+class Ledger:
+    """The ledger entry of one write task (one transactional id).
+
+    `client_config` is the user's `kafka.*` configuration (security settings and the like);
+    the ledger adds what it needs on top. `logger` receives librdkafka's log lines.
+    """
+
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        topic: str,
+        transactional_id: str,
+        timeout_s: float,
+        logger: logging.Logger,
+    ) -> None:
+        self.topic = topic
+        self.group_id = ledger_group(transactional_id)
+        self.timeout_s = timeout_s
+        self._client_config = dict(client_config)
+        self._logger = logger
+        self._consumer = Consumer(
+            {
+                **self._client_config,
+                "group.id": self.group_id,
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+                # Makes committed() send OffsetFetch with require_stable.
+                "isolation.level": "read_committed",
+                "allow.auto.create.topics": False,
+                "logger": logger,
+            }
+        )
+
+    def ensure_topic(self) -> None:
+        """Create the ledger topic (one partition) unless it exists. Concurrent tasks may
+        race to create it; losing the race is fine."""
+        key = (self._client_config.get("bootstrap.servers", ""), self.topic)
+        with _known_lock:
+            if key in _known_topics:
+                return
+        deadline = time.monotonic() + self.timeout_s
+        admin: AdminClient | None = None
+        while True:
+            if self._topic_exists():
+                with _known_lock:
+                    _known_topics.add(key)
+                return
+            if time.monotonic() > deadline:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"ledger topic '{self.topic}' did not appear within {self.timeout_s} s",
+                    )
+                )
+            if admin is None:
+                admin = AdminClient({**self._client_config, "logger": self._logger})
+            new = NewTopic(self.topic, num_partitions=1, replication_factor=-1)
+            future = admin.create_topics([new], request_timeout=self.timeout_s)[self.topic]
+            try:
+                future.result(timeout=self.timeout_s)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not (
+                    isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                ):
+                    raise
+            time.sleep(0.05)  # let metadata catch up with the creation before looking again
+
+    def _topic_exists(self) -> bool:
+        md = self._consumer.list_topics(self.topic, timeout=self.timeout_s)
+        t = md.topics.get(self.topic)
+        return t is not None and t.error is None and LEDGER_PARTITION in t.partitions
+
+    def next_batch(self) -> int | None:
+        """The committed entry: the first batch id this task has not written, or None when
+        it has written none. Waits out a pending (undecided) entry."""
+        tp = TopicPartition(self.topic, LEDGER_PARTITION)
+        (got,) = self._consumer.committed([tp], timeout=self.timeout_s)
+        if got.error is not None:
+            raise KafkaException(got.error)
+        return got.offset if got.offset >= 0 else None
+
+    def entry(self, batch_id: int) -> list[TopicPartition]:
+        """The offsets to send with the transaction that writes `batch_id`."""
+        return [TopicPartition(self.topic, LEDGER_PARTITION, batch_id + 1)]
+
+    def group_metadata(self) -> Any:
+        """For `send_offsets_to_transaction`. The consumer never joins its group, so the
+        metadata carries generation -1: a plain offsets-only commit, which Kafka accepts for
+        a group without members."""
+        return self._consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self._consumer.close()
