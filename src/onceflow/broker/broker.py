@@ -43,7 +43,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
-INTERNAL_SEGMENT_BYTES = str(100 * 1024 * 1024)
 
 
 class Broker:
@@ -122,12 +121,20 @@ class Broker:
         self.logs.load()
         self.cluster_id = self._load_meta_properties()
         self.producer_ids.load()
-        for topic, partitions in (
-            (OFFSETS_TOPIC, self.config.offsets_topic_num_partitions),
-            (TXN_TOPIC, self.config.transaction_state_log_num_partitions),
+        for topic, partitions, segment_bytes in (
+            (
+                OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                self.config.offsets_topic_segment_bytes,
+            ),
+            (
+                TXN_TOPIC,
+                self.config.transaction_state_log_num_partitions,
+                self.config.transaction_state_log_segment_bytes,
+            ),
         ):
             if topic not in self.logs.topics:
-                configs = {"cleanup.policy": "compact", "segment.bytes": INTERNAL_SEGMENT_BYTES}
+                configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
                 self.logs.create_topic(topic, partitions, configs, internal=True)
         self.txn_coordinator.coordinator_epoch = self._next_coordinator_epoch()
         self.flusher.start()
