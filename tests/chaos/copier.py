@@ -20,9 +20,11 @@ Run: python -m tests.chaos.copier --bootstrap HOST:PORT --input-topic T --input-
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -62,6 +64,9 @@ class Copier:
         self.args = args
         quiet = logging.getLogger("copier")
         quiet.setLevel(logging.CRITICAL + 1)
+        logs: dict[str, Any] = {"logger": quiet, "log_level": 0}
+        if os.environ.get("COPIER_DEBUG"):  # librdkafka debug contexts, printed on stderr
+            logs = {"debug": os.environ["COPIER_DEBUG"], "log_level": 7}
         self.tp = TopicPartition(args.input_topic, args.input_partition)
         self.rng = random.Random(f"{args.seed}-{os.getpid()}")
         self.producer = Producer(
@@ -73,8 +78,7 @@ class Copier:
                 "linger.ms": 5,
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 500,
-                "logger": quiet,
-                "log_level": 0,
+                **logs,
             }
         )
         self.consumer = Consumer(
@@ -87,8 +91,7 @@ class Copier:
                 "enable.partition.eof": False,
                 "reconnect.backoff.ms": 20,
                 "reconnect.backoff.max.ms": 500,
-                "logger": quiet,
-                "log_level": 0,
+                **logs,
             }
         )
         self.position = 0
@@ -195,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--abort-ratio", type=float, default=1 / 3)
     ap.add_argument("--seed", default="copier")
     args = ap.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1)  # a stuck copier's stack, on its stderr
     try:
         return Copier(args).run()
     except KafkaException as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,8 @@ BATCH = 750
 ABORT_RATIO = 1 / 3
 COPIER_KILLS = 3
 RUN_DEADLINE_S = 900.0
+# A copier that commits nothing for this long is stuck: its stack is dumped and the test fails.
+STALL_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class CopierProcess:
         self._sel = selectors.DefaultSelector()
         self._buf = b""
         self._runs = 0
+        self.last_progress = time.monotonic()
 
     def start(self) -> None:
         env = dict(
@@ -114,6 +118,8 @@ class CopierProcess:
         for raw in lines:
             line = raw.decode(errors="replace")
             self.lines.append(line)
+            if line.startswith(("COMMITTED ", "START ", "ABORTED ")):
+                self.last_progress = time.monotonic()
             if line.startswith("COMMITTED "):
                 self.position = int(line.split()[1])
             elif line == "DONE":
@@ -150,6 +156,14 @@ class CopierProcess:
 
     def tail(self) -> str:
         return "\n".join(self.lines[-15:])
+
+    def dump_stack(self) -> str:
+        """SIGUSR1 makes the copier print its Python stack (faulthandler) to stderr."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+        path = self.log_dir / f"{self.name}-{self._runs}.stderr"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
 @dataclass
@@ -249,6 +263,12 @@ def _run_copiers(
             time.sleep(0.02)
             for c in copiers:
                 c.pump()
+                if not c.done and time.monotonic() - c.last_progress > STALL_S:
+                    raise AssertionError(
+                        f"{c.name} made no progress for {STALL_S} s at {c.position}:\n"
+                        f"{c.tail()}\nits stack:\n{c.dump_stack()}\n"
+                        f"broker log:\n{broker.log_tail()}"
+                    )
                 code = c.exited()
                 if code is not None and not c.done:
                     # Died on its own (a fatal error, e.g. fenced after a broker restart
@@ -258,12 +278,14 @@ def _run_copiers(
                     c.restarts_after_failure += 1
                     assert c.restarts_after_failure <= 10, "\n\n".join(stats.failures)
                     c.start()
+                    c.last_progress = time.monotonic()
                     continue
                 todo = copier_kills_left[c.name]
                 if todo and not c.done and c.progress >= todo[0]:
                     todo.pop(0)
                     c.kill()
                     c.start()
+                    c.last_progress = time.monotonic()
             overall = sum(c.position for c in copiers) / plan.records
             if broker_kills_left and overall >= broker_kills_left[0]:
                 broker_kills_left.pop(0)

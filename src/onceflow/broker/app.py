@@ -47,7 +47,10 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     data_dir = os.path.abspath(config.log_dirs[0])
     try:
         lock_fd = lock_data_dir(data_dir)
-    except PermissionError as exc:
+    except OSError as exc:
+        # Any OSError, not only PermissionError: a data dir under a regular file (ENOTDIR),
+        # on a read-only file system (EROFS) and the like ended in a traceback, not the
+        # one-line error and exit code 1 promised for a data dir that cannot be locked.
         raise StartupError(f"cannot use data dir {data_dir}: {exc.strerror}") from exc
     broker = Broker(config)
     listener = config.listeners[0]

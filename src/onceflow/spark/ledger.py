@@ -2,7 +2,8 @@
 
 One entry per (sink, task partition), that is per transactional id `<sink>-<partition>`:
 the committed offset of consumer group `onceflow-sink-<sink>-<partition>` on partition 0 of
-the ledger topic, which holds `last batch id + 1`. The task writes the entry with
+the ledger topic, which holds `last batch id + 1`, with the writer's owner (the streaming
+query id, or empty) as the offset's metadata. The task writes the entry with
 `send_offsets_to_transaction` inside the same Kafka transaction as its records, so the entry
 and the records become visible together or not at all (TxnOffsetCommit semantics: pending
 transactional offsets materialise only when the COMMIT marker reaches `__consumer_offsets`).
@@ -25,12 +26,14 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
-__all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "ledger_group"]
+__all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "LedgerEntry", "ledger_group"]
 
 DEFAULT_LEDGER_TOPIC = "__onceflow_sink_ledger"
 LEDGER_GROUP_PREFIX = "onceflow-sink-"
@@ -40,6 +43,15 @@ LEDGER_PARTITION = 0
 # tasks, so most tasks skip the metadata round trip). Keyed by (bootstrap servers, topic).
 _known_topics: set[tuple[str, str]] = set()
 _known_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A task's last committed write: `next_batch` is that batch id + 1; `owner` is who
+    wrote it (the streaming query id, or "" for a plain batch write)."""
+
+    next_batch: int
+    owner: str
 
 
 def ledger_group(transactional_id: str) -> str:
@@ -67,23 +79,22 @@ class Ledger:
         self.timeout_s = timeout_s
         self._client_config = dict(client_config)
         self._logger = logger
-        self._consumer = Consumer(
-            {
-                **self._client_config,
-                "group.id": self.group_id,
-                "enable.auto.commit": False,
-                "enable.partition.eof": False,
-                # Makes committed() send OffsetFetch with require_stable.
-                "isolation.level": "read_committed",
-                "allow.auto.create.topics": False,
-                "logger": logger,
-            }
-        )
+        consumer_config: dict[str, Any] = {
+            **self._client_config,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            # Makes committed() send OffsetFetch with require_stable.
+            "isolation.level": "read_committed",
+            "allow.auto.create.topics": False,
+            "logger": logger,
+        }
+        self._consumer = Consumer(consumer_config)
 
     def ensure_topic(self) -> None:
         """Create the ledger topic (one partition) unless it exists. Concurrent tasks may
         race to create it; losing the race is fine."""
-        key = (self._client_config.get("bootstrap.servers", ""), self.topic)
+        key = self._topic_key()
         with _known_lock:
             if key in _known_topics:
                 return
@@ -102,7 +113,8 @@ class Ledger:
                     )
                 )
             if admin is None:
-                admin = AdminClient({**self._client_config, "logger": self._logger})
+                admin_config: dict[str, Any] = {**self._client_config, "logger": self._logger}
+                admin = AdminClient(admin_config)
             new = NewTopic(self.topic, num_partitions=1, replication_factor=-1)
             future = admin.create_topics([new], request_timeout=self.timeout_s)[self.topic]
             try:
@@ -115,23 +127,33 @@ class Ledger:
                     raise
             time.sleep(0.05)  # let metadata catch up with the creation before looking again
 
+    def forget_topic(self) -> None:
+        """Look the topic up again next time (after a failure, in case it was deleted)."""
+        with _known_lock:
+            _known_topics.discard(self._topic_key())
+
+    def _topic_key(self) -> tuple[str, str]:
+        return (self._client_config.get("bootstrap.servers", ""), self.topic)
+
     def _topic_exists(self) -> bool:
         md = self._consumer.list_topics(self.topic, timeout=self.timeout_s)
         t = md.topics.get(self.topic)
         return t is not None and t.error is None and LEDGER_PARTITION in t.partitions
 
-    def next_batch(self) -> int | None:
-        """The committed entry: the first batch id this task has not written, or None when
-        it has written none. Waits out a pending (undecided) entry."""
+    def read(self) -> LedgerEntry | None:
+        """The committed entry, or None when the task has written nothing yet. Waits out a
+        pending (undecided) entry."""
         tp = TopicPartition(self.topic, LEDGER_PARTITION)
         (got,) = self._consumer.committed([tp], timeout=self.timeout_s)
         if got.error is not None:
             raise KafkaException(got.error)
-        return got.offset if got.offset >= 0 else None
+        if got.offset < 0:
+            return None
+        return LedgerEntry(got.offset, got.metadata or "")
 
-    def entry(self, batch_id: int) -> list[TopicPartition]:
+    def entry(self, batch_id: int, owner: str) -> list[TopicPartition]:
         """The offsets to send with the transaction that writes `batch_id`."""
-        return [TopicPartition(self.topic, LEDGER_PARTITION, batch_id + 1)]
+        return [TopicPartition(self.topic, LEDGER_PARTITION, batch_id + 1, owner)]
 
     def group_metadata(self) -> Any:
         """For `send_offsets_to_transaction`. The consumer never joins its group, so the

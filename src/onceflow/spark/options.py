@@ -268,8 +268,7 @@ def _parse_subscription(opts: Mapping[str, str]) -> Subscription:
         topics = [t.strip() for t in value.split(",")]
         if not value.strip() or any(not t for t in topics):
             raise OptionError(
-                f"option 'subscribe' must be a comma-separated list of topic names, "
-                f"got {value!r}"
+                f"option 'subscribe' must be a comma-separated list of topic names, got {value!r}"
             )
         return Subscription("subscribe", topics=tuple(dict.fromkeys(topics)))
     if key == SUBSCRIBE_PATTERN:
@@ -297,8 +296,7 @@ def _parse_assign(value: str) -> tuple[TopicPartitionKey, ...]:
     for topic, parts in data.items():
         if not topic or not isinstance(parts, list) or not parts:
             raise OptionError(
-                f"option 'assign': topic {topic!r} needs a non-empty list of partitions; "
-                f"{example}"
+                f"option 'assign': topic {topic!r} needs a non-empty list of partitions; {example}"
             )
         for p in parts:
             if not isinstance(p, int) or isinstance(p, bool) or p < 0:

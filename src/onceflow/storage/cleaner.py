@@ -7,7 +7,10 @@ segments keeping only records that are the latest for their key. Tombstones (nul
 are dropped once they are older than `delete.retention.ms`.
 
 Offsets never move: a cleaned batch keeps its base offset and lastOffsetDelta. Batches of
-transactions and control batches are kept whole (transactions decide their fate).
+transactions and control batches are kept whole (transactions decide their fate). Each
+producer's last batch keeps at least one record, so its sequence survives a rebuild of the
+producer state from the log; a tombstone stays while an older record of its key is kept that
+way. Segments left empty are deleted, except the first (the log start offset stays).
 
 Crash safety: the cleaned copy is written to `<base>.log.cleaned` and fsynced; the segment's
 derived indexes are removed; then one atomic rename replaces the `.log`. Recovery deletes a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from dataclasses import dataclass
 
 from onceflow.records.builder import rebuild_batch
@@ -29,6 +33,11 @@ from onceflow.storage.segment import LogSegment, segment_name
 log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
+# How long a replaced segment's files stay open (Kafka's file.delete.delay.ms): a fetch
+# response may still be sending from the old descriptor (sendfile, or a read queued behind
+# earlier responses). Closing it at once let the number be reused by the next open (the
+# cleaned file itself), so the client got bytes of the wrong file at the old positions.
+RETIRED_CLOSE_DELAY_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +52,20 @@ class LogCleaner:
     """Compacts partitions one at a time; keeps each partition's first dirty offset."""
 
     def __init__(self) -> None:
-        self._first_dirty: dict[str, int] = {}
+        # Keyed by the log object, not its directory: a topic deleted and created again
+        # under the same name reused the old first dirty offset, so the new log looked clean
+        # (dirty ratio 0) until its offsets passed the old one.
+        self._first_dirty: weakref.WeakKeyDictionary[PartitionLog, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._retired: list[tuple[int, LogSegment]] = []  # (when replaced, old segment)
 
     def dirty_ratio(self, plog: PartitionLog) -> float:
         closed = plog.segments[:-1]
         total = sum(s.size for s in closed)
         if total == 0:
             return 0.0
-        first_dirty = self._first_dirty.get(plog.directory, 0)
+        first_dirty = self._first_dirty.get(plog, 0)
         dirty = sum(s.size for s in closed if s.base_offset >= first_dirty)
         return dirty / total
 
@@ -60,6 +75,7 @@ class LogCleaner:
 
     def clean(self, plog: PartitionLog, now_ms: int) -> CleanStats | None:
         """Compact `plog`'s cleanable segments; return what changed, or None."""
+        self._close_retired(now_ms)
         cfg = plog.config
         cleanable = [
             s
@@ -75,12 +91,28 @@ class LogCleaner:
             prefix.append(segment)
         if not prefix:
             return None
+        first_dirty = prefix[-1].next_offset  # before cleaning can lower it
         latest = _latest_offsets(prefix)
+        # Only each producer's last batch needs to stay for its sequence (Kafka's rule too).
+        # Keeping a record of every idempotent batch kept one record per batch forever, so a
+        # compacted topic written by an idempotent producer never shrank below that.
+        last_batches = {
+            entry.batches[-1].last_offset
+            for entry in plog.producer_state.producers.values()
+            if entry.batches
+        }
+        shadowed = _shadowed_keys(prefix, latest, last_batches)
         horizon = now_ms - cfg.delete_retention_ms
         stats = CleanStats(0, 0, 0, 0)
         for segment in prefix:
-            stats = _add(stats, _clean_segment(plog, segment, latest, horizon))
-        self._first_dirty[plog.directory] = prefix[-1].next_offset
+            result, replaced = _clean_segment(
+                plog, segment, latest, shadowed, last_batches, horizon
+            )
+            stats = _add(stats, result)
+            if replaced:
+                self._retired.append((now_ms, segment))
+        _drop_empty_segments(plog, prefix)
+        self._first_dirty[plog] = first_dirty
         if stats.records_removed:
             log.info(
                 "cleaned %s: %d segments, %d -> %d bytes, %d records removed",
@@ -91,6 +123,22 @@ class LogCleaner:
                 stats.records_removed,
             )
         return stats
+
+    def _close_retired(self, now_ms: int) -> None:
+        """Close replaced segments once no response can still be reading them."""
+        keep: list[tuple[int, LogSegment]] = []
+        for retired_at, segment in self._retired:
+            if now_ms - retired_at >= RETIRED_CLOSE_DELAY_MS:
+                segment.close()
+            else:
+                keep.append((retired_at, segment))
+        self._retired = keep
+
+    def close(self) -> None:
+        """Close every replaced segment now (shutdown, tests)."""
+        for _, segment in self._retired:
+            segment.close()
+        self._retired = []
 
 
 def _latest_offsets(segments: list[LogSegment]) -> dict[bytes, int]:
@@ -112,9 +160,42 @@ def _plain_records(segment: LogSegment) -> list[Record]:
     return out
 
 
+def _shadowed_keys(
+    segments: list[LogSegment], latest: dict[bytes, int], last_batches: set[int]
+) -> set[bytes]:
+    """Keys with an older record that cleaning keeps anyway: a record of a transactional
+    batch (kept whole), or the record a producer's last batch keeps.
+
+    A tombstone for such a key must stay. Dropping it once it passed delete.retention.ms
+    brought the older value back to life: a key deleted by one producer reappeared with the
+    value an idempotent producer had written before the delete.
+    """
+    shadowed: set[bytes] = set()
+    for segment in segments:
+        for location in segment.read_headers():
+            header = location.header
+            if header.is_control or not (
+                header.is_transactional or header.last_offset in last_batches
+            ):
+                continue
+            records = decode_records(segment.read_bytes(location.position, header.size))
+            # Conservative for idempotent batches: their last record may be the one kept.
+            candidates = records if header.is_transactional else records[-1:]
+            for record in candidates:
+                if record.key is not None and latest.get(record.key, -1) > record.offset:
+                    shadowed.add(record.key)
+    return shadowed
+
+
 def _clean_segment(
-    plog: PartitionLog, segment: LogSegment, latest: dict[bytes, int], horizon: int
-) -> CleanStats:
+    plog: PartitionLog,
+    segment: LogSegment,
+    latest: dict[bytes, int],
+    shadowed: set[bytes],
+    last_batches: set[int],
+    horizon: int,
+) -> tuple[CleanStats, bool]:
+    """Clean one segment; return the stats and whether the segment was replaced."""
     parts: list[bytes] = []
     removed = 0
     for location in segment.read_headers():
@@ -124,10 +205,10 @@ def _clean_segment(
             parts.append(raw)
             continue
         records = decode_records(raw)
-        kept = [r for r in records if _keep(r, latest, horizon)]
-        if not kept and header.has_producer_id:
-            # An idempotent producer's batch keeps one record, so its sequence numbers stay
-            # in the log and producer state replays the same after cleaning.
+        kept = [r for r in records if _keep(r, latest, shadowed, horizon)]
+        if not kept and header.has_producer_id and header.last_offset in last_batches:
+            # A producer's last batch keeps one record, so its sequence numbers stay in the
+            # log and producer state replays the same after cleaning.
             kept = records[-1:]
         removed += len(records) - len(kept)
         if len(kept) == len(records):
@@ -135,18 +216,18 @@ def _clean_segment(
         elif kept:
             parts.append(rebuild_batch(header, kept))
     if removed == 0:
-        return CleanStats(1, segment.size, segment.size, 0)
+        return CleanStats(1, segment.size, segment.size, 0), False
     before = segment.size
     replacement = _swap_in(plog, segment, b"".join(parts))
-    return CleanStats(1, before, replacement.size, removed)
+    return CleanStats(1, before, replacement.size, removed), True
 
 
-def _keep(record: Record, latest: dict[bytes, int], horizon: int) -> bool:
+def _keep(record: Record, latest: dict[bytes, int], shadowed: set[bytes], horizon: int) -> bool:
     if record.key is None:
         return False  # compacted topics reject keyless records; drop any that slipped in
     if latest.get(record.key, -1) > record.offset:
         return False
-    return record.value is not None or record.timestamp >= horizon
+    return record.value is not None or record.timestamp >= horizon or record.key in shadowed
 
 
 def _swap_in(plog: PartitionLog, segment: LogSegment, data: bytes) -> LogSegment:
@@ -159,16 +240,39 @@ def _swap_in(plog: PartitionLog, segment: LogSegment, data: bytes) -> LogSegment
     handle.append(data)
     handle.fsync()
     handle.close()
-    segment.close()
+    # The old segment stays open (the caller closes it later, see RETIRED_CLOSE_DELAY_MS):
+    # after the rename its descriptor still reads the old, unlinked file.
     fs.remove(segment.offset_index.path)  # derived: rebuilt below, or by recovery
     fs.remove(segment.time_index.path)
     fs.rename(cleaned_path, log_path)
     fs.fsync_dir(directory)
     replacement = LogSegment(fs, directory, segment.base_offset, segment.index_interval)
     replacement.recover()
+    # The .txnindex file is untouched (ABORT markers are kept whole) but the new segment
+    # object never loaded it: without this, read_committed fetches over this segment lost
+    # its aborted transactions until the next restart and returned aborted records.
+    replacement.txn_index.entries = list(segment.txn_index.entries)
+    # Like Kafka's cleaner, make the rebuilt indexes durable too; otherwise a crash could
+    # leave them torn, and they cover data below the recovery point that is not rescanned.
+    replacement.fsync()
     index = plog.segments.index(segment)
     plog.segments[index] = replacement
     return replacement
+
+
+def _drop_empty_segments(plog: PartitionLog, prefix: list[LogSegment]) -> None:
+    """Delete closed segments that cleaning left empty, except the first.
+
+    Without this every roll of a compacted topic left an empty .log, .index and .timeindex
+    and an open descriptor behind for good (Kafka merges small segments instead), so
+    `__consumer_offsets` grew in files and descriptors without bound. Reads skip the offset
+    range of a deleted segment as they skip cleaned gaps. The first segment stays so that
+    the log start offset does not move.
+    """
+    bases = {s.base_offset for s in prefix[1:]}
+    for segment in [s for s in plog.segments[1:-1] if s.base_offset in bases and s.size == 0]:
+        plog.segments.remove(segment)
+        segment.delete()
 
 
 def _add(a: CleanStats, b: CleanStats) -> CleanStats:

@@ -90,8 +90,13 @@ class LogManager:
             point,
             clean,
         )
-        if stats.segments_scanned:
-            log.info("recovered %s: scanned %d segments", plog.name, stats.segments_scanned)
+        if stats.segments_scanned and not clean:
+            log.info(
+                "recovered %s: scanned %d segments, replayed %d batches of producer state",
+                plog.name,
+                stats.segments_scanned,
+                stats.batches_replayed,
+            )
         self.logs[(topic.name, partition)] = plog
         return plog
 
