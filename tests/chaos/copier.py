@@ -67,6 +67,16 @@ class Copier:
         logs: dict[str, Any] = {"logger": quiet, "log_level": 0}
         if os.environ.get("COPIER_DEBUG"):  # librdkafka debug contexts, printed on stderr
             logs = {"debug": os.environ["COPIER_DEBUG"], "log_level": 7}
+        common = {
+            **logs,
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 500,
+            # With one broker, every broker restart leaves "all brokers down", and librdkafka
+            # (2.10+) then re-bootstraps, decommissioning the broker it knew. A decommissioned
+            # group coordinator makes send_offsets_to_transaction() hang forever, past its
+            # timeout (librdkafka issue #5511, fix pending in #5512). Reconnect instead.
+            "metadata.recovery.strategy": "none",
+        }
         self.tp = TopicPartition(args.input_topic, args.input_partition)
         self.rng = random.Random(f"{args.seed}-{os.getpid()}")
         self.producer = Producer(
@@ -76,9 +86,7 @@ class Copier:
                 "transaction.timeout.ms": TXN_TIMEOUT_MS,
                 "message.timeout.ms": TXN_TIMEOUT_MS,
                 "linger.ms": 5,
-                "reconnect.backoff.ms": 20,
-                "reconnect.backoff.max.ms": 500,
-                **logs,
+                **common,
             }
         )
         self.consumer = Consumer(
@@ -89,9 +97,7 @@ class Copier:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
-                "reconnect.backoff.ms": 20,
-                "reconnect.backoff.max.ms": 500,
-                **logs,
+                **common,
             }
         )
         self.position = 0

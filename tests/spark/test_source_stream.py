@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from pyspark.errors import PythonException, StreamingQueryException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from tests.helpers.clients import create_topic
 from tests.helpers.txn import wait_for
 from tests.spark.conftest import Kafka, source_options
 
@@ -25,17 +28,33 @@ QUERY_TIMEOUT_S = 90
 
 
 class Collector:
-    """foreachBatch sink: keeps every micro-batch in the test process."""
+    """foreachBatch sink: keeps every micro-batch in the test process, by batch id.
 
-    def __init__(self) -> None:
-        self.batches: list[tuple[int, list[Row]]] = []
+    Spark replays a batch that was planned but not committed; a replay must read exactly
+    the records the first attempt read (the check raises inside the query, failing it).
+    `fail_once_at` makes the first delivery of that batch fail after it was read, as a
+    crash between reading and committing would.
+    """
+
+    def __init__(self, fail_once_at: int | None = None) -> None:
+        self.batches: dict[int, list[Row]] = {}
+        self.deliveries: list[int] = []
+        self.fail_once_at = fail_once_at
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.batches.append((batch_id, df.collect()))
+        rows = df.collect()
+        self.deliveries.append(batch_id)
+        if batch_id in self.batches:
+            before = sorted(self.batches[batch_id])
+            assert sorted(rows) == before, f"batch {batch_id} replayed differently"
+        self.batches[batch_id] = rows
+        if batch_id == self.fail_once_at:
+            self.fail_once_at = None
+            raise RuntimeError(f"injected failure after reading batch {batch_id}")
 
     @property
     def rows(self) -> list[Row]:
-        return [r for _, rows in self.batches for r in rows]
+        return [r for _, rows in sorted(self.batches.items()) for r in rows]
 
     def values(self) -> list[bytes]:
         return sorted(r.value for r in self.rows)
@@ -43,9 +62,7 @@ class Collector:
     def assert_no_duplicates(self) -> None:
         seen = Counter((r.topic, r.partition, r.offset) for r in self.rows)
         dups = {k: n for k, n in seen.items() if n > 1}
-        assert not dups, f"records delivered more than once: {dups}"
-        ids = Counter(batch_id for batch_id, _ in self.batches)
-        assert all(n == 1 for n in ids.values()), f"a batch ran twice: {ids}"
+        assert not dups, f"records delivered in more than one batch: {dups}"
 
 
 def start(
@@ -139,38 +156,57 @@ def test_only_committed_data_stops_at_lso_and_resumes(spark: SparkSession, kafka
 
 
 def test_restart_from_checkpoint(spark: SparkSession, kafka: Kafka, tmp_path: Path) -> None:
-    """Stop a query, add data, start a new query on the same checkpoint: every committed
-    record exactly once."""
+    """A query fails after reading a batch and before committing it, more data arrives, and
+    a new query starts on the same checkpoint: Spark replays the batch from its planned
+    offsets and reads exactly the same records, then goes on. Then a clean stop and a
+    restart. Every committed record exactly once, nothing aborted."""
     t = kafka.topic(partitions=2)
     kafka.txn(t, {0: [b"r1-0", b"r1-1"], 1: [b"r1-2"]}, commit=True)
     kafka.txn(t, {0: [b"r1-x"]}, commit=False)
     kafka.wait_stable(t, 2)
     ckpt = tmp_path / "checkpoint"
     options = source_options(kafka, subscribe=t, startingOffsets="earliest")
+    round1 = [b"r1-0", b"r1-1", b"r1-2"]
+    round2 = [b"r2-0", b"r2-1", b"r2-2", b"r2-plain"]
+    round3 = [b"r3-0", b"r3-1"]
     sink = Collector()
 
     q = start(spark, options, sink, ckpt)
     try:
-        q.processAllAvailable()
+        process_until(q, lambda: sink.values() == round1, "the first round")
+        sink.fail_once_at = max(sink.batches) + 1
+        kafka.txn(t, {0: [b"r2-0"], 1: [b"r2-1", b"r2-2"]}, commit=True)
+        kafka.txn(t, {1: [b"r2-x"]}, commit=False)
+        kafka.produce(t, [b"r2-plain"], partition=0)
+        kafka.wait_stable(t, 2)
+        with pytest.raises(StreamingQueryException, match="injected failure"):
+            q.awaitTermination(QUERY_TIMEOUT_S)
     finally:
         q.stop()
-    assert sink.values() == [b"r1-0", b"r1-1", b"r1-2"]
-    first_batches = len(sink.batches)
+    failed_batch = sink.deliveries[-1]
+    assert sink.values() == sorted(round1 + round2)
 
-    kafka.txn(t, {0: [b"r2-0"], 1: [b"r2-1", b"r2-2"]}, commit=True)
-    kafka.txn(t, {1: [b"r2-x"]}, commit=False)
-    kafka.produce(t, [b"r2-plain"], partition=0)
+    kafka.txn(t, {0: [b"r3-0"], 1: [b"r3-1"]}, commit=True)
+    kafka.txn(t, {0: [b"r3-x"]}, commit=False)
     kafka.wait_stable(t, 2)
     # startingOffsets only applies to a new query: the checkpoint decides where this starts.
     q = start(spark, {**options, "startingOffsets": "latest"}, sink, ckpt)
     try:
-        q.processAllAvailable()
+        process_until(q, lambda: sink.values() == sorted(round1 + round2 + round3), "round 3")
     finally:
         q.stop()
-    assert sink.values() == sorted(
-        [b"r1-0", b"r1-1", b"r1-2", b"r2-0", b"r2-1", b"r2-2", b"r2-plain"]
-    )
-    assert min(batch_id for batch_id, _ in sink.batches[first_batches:]) >= first_batches
+    assert sink.deliveries.count(failed_batch) == 2  # replayed, with the same records
+    assert [v for v in sink.batches[failed_batch]] and {
+        r.value for r in sink.batches[failed_batch]
+    } == set(round2)
+
+    kafka.produce(t, [b"r4"], partition=1)
+    q = start(spark, options, sink, ckpt)
+    try:
+        process_until(q, lambda: b"r4" in sink.values(), "round 4")
+    finally:
+        q.stop()
+    assert sink.values() == sorted([*round1, *round2, *round3, b"r4"])
     sink.assert_no_duplicates()
 
 
@@ -182,12 +218,12 @@ def test_starting_offsets_latest(spark: SparkSession, kafka: Kafka) -> None:
     sink = Collector()
     q = start(spark, source_options(kafka, subscribe=t), sink)  # default: latest
     try:
-        q.processAllAvailable()
+        q.processAllAvailable()  # the first trigger has taken the latest offsets
         assert sink.rows == []
         kafka.produce(t, [b"new-0"], partition=0)
         kafka.txn(t, {1: [b"new-1"]}, commit=True)
         kafka.wait_stable(t, 2)
-        q.processAllAvailable()
+        process_until(q, lambda: len(sink.rows) >= 2, "the new records")
         assert sink.values() == [b"new-0", b"new-1"]
     finally:
         q.stop()
@@ -257,16 +293,13 @@ def test_subscribe_pattern_picks_up_new_topics_from_their_start(
         spark, source_options(kafka, subscribePattern=pattern, startingOffsets="earliest"), sink
     )
     try:
-        q.processAllAvailable()
-        assert sink.values() == [b"first"]
+        process_until(q, lambda: sink.values() == [b"first"], "the first topic")
         late = f"{prefix}late-{first.rsplit('-', 1)[1]}"
-        from tests.helpers.clients import create_topic
-
         create_topic(kafka.bootstrap, late, partitions=2)
         kafka.produce(late, [b"late-0"], partition=0)
         kafka.txn(late, {1: [b"late-1"]}, commit=True)
         kafka.wait_stable(late, 2)
-        q.processAllAvailable()
+        process_until(q, lambda: len(sink.rows) >= 3, "the new topic")
         assert sink.values() == [b"first", b"late-0", b"late-1"]
         sink.assert_no_duplicates()
     finally:

@@ -306,7 +306,7 @@ def test_a_recreated_log_in_the_same_directory_starts_dirty() -> None:
 # ---- what compaction never touches -----------------------------------------------------------
 
 
-def test_transactional_and_control_batches_stay_byte_for_byte() -> None:
+def test_transactions_below_the_lso_compact_and_markers_stay() -> None:
     plog = open_log()
     producers = Producers()
     put(plog, [(b"k0", b"plain-old")])
@@ -332,12 +332,36 @@ def test_transactional_and_control_batches_stay_byte_for_byte() -> None:
     stats = LogCleaner().clean(plog, plog.clock.now_ms())
     assert stats is not None and stats.records_removed > 0
     after = {h.base_offset: raw for h, raw in stored(plog) if h.is_transactional}
-    assert after == special
-    assert txn_first in after
+    # The committed transaction's records were superseded by later values: gone. The
+    # aborted batch is the producer's last one, kept whole for its sequence numbers, and
+    # both markers stay byte for byte.
+    assert txn_first not in after
+    assert after == {o: raw for o, raw in special.items() if o != txn_first}
     # The segment holding the ABORT marker was rewritten; its aborted-transaction index
     # must still answer read_committed fetches.
     assert plog.aborted_between(0, plog.high_watermark) == aborted
     assert plog.aborted_between(aborted_first, plog.high_watermark) == aborted
+
+
+def test_aborted_data_is_removed_and_the_latest_committed_record_kept() -> None:
+    plog = open_log()
+    producers = Producers()
+    kept_first, _ = put(
+        plog, [(b"only-txn", b"committed")], transactional=True, **producers.batch_fields(5, 1)
+    )
+    plog.append_marker(5, 0, 0, commit=True)
+    aborted_first, _ = put(
+        plog, [(b"gone", b"aborted")], transactional=True, **producers.batch_fields(5, 1)
+    )
+    plog.append_marker(5, 0, 0, commit=False)
+    put(plog, [(b"x", b"1")], transactional=True, **producers.batch_fields(5, 1))
+    plog.append_marker(5, 0, 0, commit=True)  # producer 5's last batch is this one
+    plog.flush()
+    fill(plog, rounds=10, keys=2)
+    LogCleaner().clean(plog, plog.clock.now_ms())
+    offsets = {h.base_offset for h, _ in stored(plog) if h.is_transactional}
+    assert kept_first in offsets  # the latest (only) value of its key, committed
+    assert aborted_first not in offsets  # aborted data is never needed again
 
 
 def test_an_idempotent_batch_keeps_its_last_record_so_sequences_survive() -> None:

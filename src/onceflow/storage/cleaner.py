@@ -6,8 +6,9 @@ younger than `min.compaction.lag.ms`) to its latest offset, then rewrites each o
 segments keeping only records that are the latest for their key. Tombstones (null values)
 are dropped once they are older than `delete.retention.ms`.
 
-Offsets never move: a cleaned batch keeps its base offset and lastOffsetDelta. Batches of
-transactions and control batches are kept whole (transactions decide their fate). Each
+Offsets never move: a cleaned batch keeps its base offset and lastOffsetDelta. Only segments
+below the last stable offset are cleaned, where every transaction is decided: committed
+transactional records compact like plain ones, aborted ones are removed, markers stay. Each
 producer's last batch keeps at least one record, so its sequence survives a rebuild of the
 producer state from the log; a tombstone stays while an older record of its key is kept that
 way. Segments left empty are deleted, except the first (the log start offset stays).
@@ -25,6 +26,7 @@ import os
 import weakref
 from dataclasses import dataclass
 
+from onceflow.records.batch import BatchHeader
 from onceflow.records.builder import rebuild_batch
 from onceflow.records.record import Record, decode_records
 from onceflow.storage.partition_log import PartitionLog
@@ -77,10 +79,12 @@ class LogCleaner:
         """Compact `plog`'s cleanable segments; return what changed, or None."""
         self._close_retired(now_ms)
         cfg = plog.config
+        # Below the last stable offset every transaction is decided, so committed
+        # transactional records compact like any other and aborted ones can go.
         cleanable = [
             s
             for s in plog.segments[:-1]
-            if s.next_offset <= plog.high_watermark
+            if s.next_offset <= plog.last_stable_offset
             and now_ms - s.max_timestamp >= cfg.min_compaction_lag_ms
         ]
         # Only a prefix of segments can be cleaned: a younger segment stops the range.
@@ -92,7 +96,8 @@ class LogCleaner:
         if not prefix:
             return None
         first_dirty = prefix[-1].next_offset  # before cleaning can lower it
-        latest = _latest_offsets(prefix)
+        aborted = _Aborted(plog)
+        latest = _latest_offsets(prefix, aborted)
         # Only each producer's last batch needs to stay for its sequence (Kafka's rule too).
         # Keeping a record of every idempotent batch kept one record per batch forever, so a
         # compacted topic written by an idempotent producer never shrank below that.
@@ -101,12 +106,12 @@ class LogCleaner:
             for entry in plog.producer_state.producers.values()
             if entry.batches
         }
-        shadowed = _shadowed_keys(prefix, latest, last_batches)
+        shadowed = _shadowed_keys(prefix, latest, last_batches, aborted)
         horizon = now_ms - cfg.delete_retention_ms
         stats = CleanStats(0, 0, 0, 0)
         for segment in prefix:
             result, replaced = _clean_segment(
-                plog, segment, latest, shadowed, last_batches, horizon
+                plog, segment, latest, shadowed, last_batches, aborted, horizon
             )
             stats = _add(stats, result)
             if replaced:
@@ -141,30 +146,52 @@ class LogCleaner:
         self._retired = []
 
 
-def _latest_offsets(segments: list[LogSegment]) -> dict[bytes, int]:
+class _Aborted:
+    """Which transactional batches belong to aborted transactions (from the .txnindex)."""
+
+    def __init__(self, plog: PartitionLog) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for segment in plog.segments:
+            for entry in segment.txn_index.entries:
+                self._ranges.setdefault(entry.producer_id, []).append(
+                    (entry.first_offset, entry.last_offset)
+                )
+
+    def __call__(self, header: BatchHeader) -> bool:
+        return any(
+            first <= header.base_offset <= last
+            for first, last in self._ranges.get(header.producer_id, ())
+        )
+
+
+def _latest_offsets(segments: list[LogSegment], aborted: _Aborted) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for segment in segments:
-        for record in _plain_records(segment):
+        for record in _visible_records(segment, aborted):
             if record.key is not None:
                 latest[record.key] = record.offset
     return latest
 
 
-def _plain_records(segment: LogSegment) -> list[Record]:
+def _visible_records(segment: LogSegment, aborted: _Aborted) -> list[Record]:
+    """Records a read_committed consumer sees: plain and committed transactional ones."""
     out: list[Record] = []
     for location in segment.read_headers():
         header = location.header
-        if header.is_control or header.is_transactional:
+        if header.is_control or (header.is_transactional and aborted(header)):
             continue
         out.extend(decode_records(segment.read_bytes(location.position, header.size)))
     return out
 
 
 def _shadowed_keys(
-    segments: list[LogSegment], latest: dict[bytes, int], last_batches: set[int]
+    segments: list[LogSegment],
+    latest: dict[bytes, int],
+    last_batches: set[int],
+    aborted: _Aborted,
 ) -> set[bytes]:
-    """Keys with an older record that cleaning keeps anyway: a record of a transactional
-    batch (kept whole), or the record a producer's last batch keeps.
+    """Keys with an older record that cleaning keeps anyway: the record a producer's last
+    batch keeps, or an aborted producer-last batch kept whole.
 
     A tombstone for such a key must stay. Dropping it once it passed delete.retention.ms
     brought the older value back to life: a key deleted by one producer reappeared with the
@@ -174,13 +201,12 @@ def _shadowed_keys(
     for segment in segments:
         for location in segment.read_headers():
             header = location.header
-            if header.is_control or not (
-                header.is_transactional or header.last_offset in last_batches
-            ):
+            if header.is_control or header.last_offset not in last_batches:
                 continue
             records = decode_records(segment.read_bytes(location.position, header.size))
+            kept_whole = header.is_transactional and aborted(header)
             # Conservative for idempotent batches: their last record may be the one kept.
-            candidates = records if header.is_transactional else records[-1:]
+            candidates = records if kept_whole else records[-1:]
             for record in candidates:
                 if record.key is not None and latest.get(record.key, -1) > record.offset:
                     shadowed.add(record.key)
@@ -193,16 +219,28 @@ def _clean_segment(
     latest: dict[bytes, int],
     shadowed: set[bytes],
     last_batches: set[int],
+    aborted: _Aborted,
     horizon: int,
 ) -> tuple[CleanStats, bool]:
-    """Clean one segment; return the stats and whether the segment was replaced."""
+    """Clean one segment; return the stats and whether the segment was replaced.
+
+    Markers are kept (they are small, and they settle transactional offsets on reload).
+    Aborted transactional batches go, except a producer's last batch, which stays whole for
+    its sequence numbers. Committed transactional records compact like plain ones.
+    """
     parts: list[bytes] = []
     removed = 0
     for location in segment.read_headers():
         header = location.header
         raw = segment.read_bytes(location.position, header.size)
-        if header.is_control or header.is_transactional:
+        if header.is_control:
             parts.append(raw)
+            continue
+        if header.is_transactional and aborted(header):
+            if header.last_offset in last_batches:
+                parts.append(raw)
+            else:
+                removed += header.record_count
             continue
         records = decode_records(raw)
         kept = [r for r in records if _keep(r, latest, shadowed, horizon)]
