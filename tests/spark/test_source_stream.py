@@ -184,7 +184,9 @@ def test_restart_from_checkpoint(spark: SparkSession, kafka: Kafka, tmp_path: Pa
     finally:
         q.stop()
     failed_batch = sink.deliveries[-1]
-    assert sink.values() == sorted(round1 + round2)
+    # The failed batch read some of round 2 (a batch may start before all of it is there).
+    failed_values = {r.value for r in sink.batches[failed_batch]}
+    assert failed_values and failed_values <= set(round2)
 
     kafka.txn(t, {0: [b"r3-0"], 1: [b"r3-1"]}, commit=True)
     kafka.txn(t, {0: [b"r3-x"]}, commit=False)
@@ -195,10 +197,10 @@ def test_restart_from_checkpoint(spark: SparkSession, kafka: Kafka, tmp_path: Pa
         process_until(q, lambda: sink.values() == sorted(round1 + round2 + round3), "round 3")
     finally:
         q.stop()
-    assert sink.deliveries.count(failed_batch) == 2  # replayed, with the same records
-    assert [v for v in sink.batches[failed_batch]] and {
-        r.value for r in sink.batches[failed_batch]
-    } == set(round2)
+    # Replayed from its planned offsets, with the same records (Collector checks), although
+    # more data had arrived since.
+    assert sink.deliveries.count(failed_batch) == 2
+    assert {r.value for r in sink.batches[failed_batch]} == failed_values
 
     kafka.produce(t, [b"r4"], partition=1)
     q = start(spark, options, sink, ckpt)
@@ -252,7 +254,7 @@ def test_max_offsets_per_trigger(spark: SparkSession, kafka: Kafka) -> None:
         kafka, subscribe=t, startingOffsets="earliest", maxOffsetsPerTrigger=10
     )
     run_available_now(spark, options, sink)
-    assert [len(rows) for _, rows in sink.batches if rows] == [10, 10, 5]
+    assert [len(rows) for rows in sink.batches.values() if rows] == [10, 10, 5]
     assert sink.values() == [b"v%02d" % i for i in range(25)]
     sink.assert_no_duplicates()
 
@@ -277,7 +279,7 @@ def test_rate_limited_ends_inside_markers_and_aborted_data(
     run_available_now(spark, options, sink)
     assert sink.values() == sorted(committed)
     sink.assert_no_duplicates()
-    assert all(len(rows) <= 2 for _, rows in sink.batches)
+    assert all(len(rows) <= 2 for rows in sink.batches.values())
     assert len(sink.batches) >= hw // 2 - 1  # some batches hold only markers or aborted data
 
 

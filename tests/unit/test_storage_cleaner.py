@@ -17,9 +17,9 @@ from onceflow.records.batch import BatchHeader, scan_batches, validate_produced_
 from onceflow.records.builder import build_batch
 from onceflow.records.compression import Compression
 from onceflow.records.record import Record, decode_records
-from onceflow.storage.cleaner import RETIRED_CLOSE_DELAY_MS, LogCleaner
+from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.fs import FileSystem, RealFileSystem, SimFileSystem
-from onceflow.storage.partition_log import LogConfig, PartitionLog
+from onceflow.storage.partition_log import FILE_DELETE_DELAY_MS, LogConfig, PartitionLog
 from onceflow.storage.recovery import open_partition
 
 DIR = "/data/c-0"
@@ -564,10 +564,26 @@ def test_a_replaced_segment_stays_readable_until_the_delay_passes(tmp_path: Path
     cleaner.clean(plog, clock.now_ms())
     assert plog.segments[0].log is not region.file
     assert region.read() == original, "the old file's bytes, not the cleaned file's"
-    clock.advance(RETIRED_CLOSE_DELAY_MS)
-    cleaner.clean(plog, clock.now_ms())
+    clock.advance(FILE_DELETE_DELAY_MS)
+    plog.close_retired()
     assert region.file.fileno() == -1, "closed once no response can still be using it"
-    cleaner.close()
+    plog.close()
+
+
+def test_retention_keeps_a_deleted_segment_readable_until_the_delay_passes(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    plog = open_log(RealFileSystem(), clock, directory=str(tmp_path / "r-0"))
+    fill(plog, rounds=15)
+    region = plog.read(0, 1 << 20, plog.high_watermark, True).region
+    assert region is not None and len(plog.segments) > 2
+    original = region.read()
+    assert plog.delete_oldest_segments(1) == 1
+    assert region.read() == original
+    clock.advance(FILE_DELETE_DELAY_MS)
+    plog.close_retired()
+    assert region.file.fileno() == -1
     plog.close()
 
 

@@ -147,6 +147,7 @@ class Broker:
         self._every(0.1, self.group_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
+        self._every(10.0, self.close_retired_files)
         self._every(
             self.config.producer_id_expiration_check_interval_ms / 1000, self.expire_producers
         )
@@ -203,6 +204,9 @@ class Broker:
         now = self.clock.now_ms()
         for plog in self.logs:
             plog.producer_state.remove_expired(now, self.config.producer_id_expiration_ms)
+
+    def close_retired_files(self) -> None:
+        self.logs.close_retired()
 
     def clean_logs(self) -> None:
         """One pass of the log cleaner over every compacted partition that needs it."""

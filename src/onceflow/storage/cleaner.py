@@ -35,11 +35,6 @@ from onceflow.storage.segment import LogSegment, segment_name
 log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
-# How long a replaced segment's files stay open (Kafka's file.delete.delay.ms): a fetch
-# response may still be sending from the old descriptor (sendfile, or a read queued behind
-# earlier responses). Closing it at once let the number be reused by the next open (the
-# cleaned file itself), so the client got bytes of the wrong file at the old positions.
-RETIRED_CLOSE_DELAY_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +55,6 @@ class LogCleaner:
         self._first_dirty: weakref.WeakKeyDictionary[PartitionLog, int] = (
             weakref.WeakKeyDictionary()
         )
-        self._retired: list[tuple[int, LogSegment]] = []  # (when replaced, old segment)
 
     def dirty_ratio(self, plog: PartitionLog) -> float:
         closed = plog.segments[:-1]
@@ -77,7 +71,6 @@ class LogCleaner:
 
     def clean(self, plog: PartitionLog, now_ms: int) -> CleanStats | None:
         """Compact `plog`'s cleanable segments; return what changed, or None."""
-        self._close_retired(now_ms)
         cfg = plog.config
         # Below the last stable offset every transaction is decided, so committed
         # transactional records compact like any other and aborted ones can go.
@@ -115,7 +108,7 @@ class LogCleaner:
             )
             stats = _add(stats, result)
             if replaced:
-                self._retired.append((now_ms, segment))
+                plog.retire(segment)
         _drop_empty_segments(plog, prefix)
         self._first_dirty[plog] = first_dirty
         if stats.records_removed:
@@ -129,21 +122,9 @@ class LogCleaner:
             )
         return stats
 
-    def _close_retired(self, now_ms: int) -> None:
-        """Close replaced segments once no response can still be reading them."""
-        keep: list[tuple[int, LogSegment]] = []
-        for retired_at, segment in self._retired:
-            if now_ms - retired_at >= RETIRED_CLOSE_DELAY_MS:
-                segment.close()
-            else:
-                keep.append((retired_at, segment))
-        self._retired = keep
-
     def close(self) -> None:
-        """Close every replaced segment now (shutdown, tests)."""
-        for _, segment in self._retired:
-            segment.close()
-        self._retired = []
+        """Nothing to release: replaced segments are retired through their log, which
+        closes them after the file delete delay (a fetch may still read the old file)."""
 
 
 class _Aborted:
@@ -278,7 +259,7 @@ def _swap_in(plog: PartitionLog, segment: LogSegment, data: bytes) -> LogSegment
     handle.append(data)
     handle.fsync()
     handle.close()
-    # The old segment stays open (the caller closes it later, see RETIRED_CLOSE_DELAY_MS):
+    # The old segment stays open (the log retires it, see FILE_DELETE_DELAY_MS):
     # after the rename its descriptor still reads the old, unlinked file.
     fs.remove(segment.offset_index.path)  # derived: rebuilt below, or by recovery
     fs.remove(segment.time_index.path)

@@ -53,6 +53,7 @@ class LogManager:
         self.topics: dict[str, TopicInfo] = {}
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.clean_start = False
+        self.deleted_logs: list[PartitionLog] = []  # their descriptors close after a delay
 
     # ---- startup and shutdown --------------------------------------------------------
 
@@ -110,7 +111,15 @@ class LogManager:
         self.checkpoint_recovery_points()
         for plog in self.logs.values():
             plog.close()
+        for plog in self.deleted_logs:
+            plog.close_retired(force=True)
         self.fs.write_file_atomic(os.path.join(self.log_dir, CLEAN_SHUTDOWN), b"")
+
+    def close_retired(self) -> None:
+        """Close descriptors of deleted or replaced segments once their delay passed."""
+        for plog in [*self.logs.values(), *self.deleted_logs]:
+            plog.close_retired()
+        self.deleted_logs = [p for p in self.deleted_logs if p.retired]
 
     # ---- topics ----------------------------------------------------------------------
 
@@ -146,6 +155,7 @@ class LogManager:
             plog = self.logs.pop((name, p), None)
             if plog is not None:
                 plog.delete()
+                self.deleted_logs.append(plog)
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))

@@ -33,6 +33,9 @@ from onceflow.storage.producer_state import AppendPlan, ProducerStateManager
 from onceflow.storage.segment import LogSegment
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+# How long a deleted or replaced segment's descriptors stay open (Kafka's
+# file.delete.delay.ms): a fetch response may still be streaming from them.
+FILE_DELETE_DELAY_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ class PartitionLog:
             f"{producer_state.map_end_offset}, the log ends at {self.log_end_offset}",
         )
         self.producer_state = producer_state
+        self.retired: list[tuple[int, LogSegment]] = []
 
     @property
     def name(self) -> str:
@@ -396,9 +400,24 @@ class PartitionLog:
                 break
             deletable += 1
         for segment in self.segments[:deletable]:
-            segment.delete()
+            segment.delete(close=False)
+            self.retire(segment)
         del self.segments[:deletable]
         return deletable
+
+    def retire(self, segment: LogSegment) -> None:
+        """Close a segment that left the log only after FILE_DELETE_DELAY_MS."""
+        self.retired.append((self.clock.monotonic_ms(), segment))
+
+    def close_retired(self, force: bool = False) -> None:
+        now = self.clock.monotonic_ms()
+        keep = []
+        for retired_at, segment in self.retired:
+            if force or now - retired_at >= FILE_DELETE_DELAY_MS:
+                segment.close()
+            else:
+                keep.append((retired_at, segment))
+        self.retired = keep
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -514,11 +533,13 @@ class PartitionLog:
             self.producer_state.take_snapshot()
         for segment in self.segments:
             segment.close()
+        self.close_retired(force=True)
 
     def delete(self) -> None:
+        """Remove the partition's files; descriptors close after the delete delay."""
         self.deleted = True
         for segment in self.segments:
-            segment.close()
+            self.retire(segment)
         self.fs.rmtree(self.directory)
 
 

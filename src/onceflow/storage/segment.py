@@ -272,8 +272,11 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
 
-    def delete(self) -> None:
-        self.close()
+    def delete(self, close: bool = True) -> None:
+        """Remove the files. With close=False the descriptors stay open, so a response
+        still being sent from this segment reads the unlinked file to its end."""
+        if close:
+            self.close()
         paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
         for path in paths:
             self.fs.remove(path)
