@@ -74,7 +74,8 @@ def test_values_parse() -> None:
     ("options", "named"),
     [
         ({"subscribe": "t", "bogus": "1"}, "'bogus'"),
-        ({"subscribe": "t", "topic": "t"}, "'topic'"),
+        ({"subscribe": "t", "topic": "t"}, "'topic' is a write option"),
+        ({"subscribe": "t", "sinkid": "s"}, "'sinkId' is a write option"),
         ({"subscribe": "t", "minpartitions": "4"}, "'minPartitions'"),
         ({}, "'subscribe'"),
         ({"subscribe": "t", "assign": '{"t":[0]}'}, "'assign' and 'subscribe'"),

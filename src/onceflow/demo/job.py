@@ -96,6 +96,18 @@ def start_queries(spark: Any, bootstrap: str, checkpoint: str, max_per_trigger: 
         .queryName("clean")
         .start()
     )
+
+    # Python sinks have no update mode, so the running balances go through foreachBatch:
+    # a batch write with a fixed sinkId there is exactly-once per micro-batch too.
+    def write_balances(updated: Any, _batch_id: int) -> None:
+        (
+            updated.write.format("onceflow")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", BALANCES_TOPIC)
+            .option("sinkId", "balances")
+            .save()
+        )
+
     balances = (
         enriched.groupBy("account")
         .agg(F.sum("amount_eur_cents").alias("balance_eur_cents"), F.count("*").alias("payments"))
@@ -106,10 +118,7 @@ def start_queries(spark: Any, bootstrap: str, checkpoint: str, max_per_trigger: 
             .alias("value"),
         )
         .writeStream.outputMode("update")
-        .format("onceflow")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", BALANCES_TOPIC)
-        .option("sinkId", "balances")
+        .foreachBatch(write_balances)
         .option("checkpointLocation", os.path.join(checkpoint, "balances"))
         .trigger(processingTime="1 second")
         .queryName("balances")

@@ -101,8 +101,12 @@ _UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
 }
 
-# Options that only mean something to the writer.
-_WRITE_OPTIONS: dict[str, str] = {"topic": "topic"}
+# Options that only mean something to the writer (onceflow.spark.writer.WRITER_OPTIONS).
+_WRITE_OPTIONS: dict[str, str] = {
+    "topic": "topic",
+    "sinkid": "sinkId",
+    "ledgertopic": "ledgerTopic",
+}
 
 # Kafka client settings the source controls itself; overriding them would break what it
 # guarantees (read_committed, replayable ranges, no group offsets).

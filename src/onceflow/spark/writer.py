@@ -507,7 +507,7 @@ def _produce_all(
             rb.column(cols.headers).to_pylist() if cols.headers else repeat(None, n)
         )
         for value, key, topic, part, hdrs in zip(
-            values, keys, row_topics, parts, headers, strict=False
+            values, keys, row_topics, parts, headers, strict=True
         ):
             if topic is None:
                 raise SinkDataError(f"row {records} has a null topic and no 'topic' option is set")
