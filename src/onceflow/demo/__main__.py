@@ -142,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap-server", help="use this broker instead of an embedded one")
     parser.add_argument("--payments", type=int, default=3000)
     parser.add_argument("--kills", type=int, default=1, help="driver SIGKILLs during the run")
+    parser.add_argument(
+        "--generate-seconds",
+        type=float,
+        default=40,
+        help="spread the payments over this long, so they keep coming across the crash",
+    )
     parser.add_argument("--workdir", help="keep broker data, checkpoints and logs here")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for the whole run")
     args = parser.parse_args(argv)
@@ -167,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         outcome: dict[str, tuple[int, int]] = {}
 
         def run_generator() -> None:
-            outcome["counts"] = generate(bootstrap, PAYMENTS_TOPIC, args.payments, ledger)
+            transactions = max(1, args.payments // 50)
+            pause = args.generate_seconds / transactions
+            outcome["counts"] = generate(
+                bootstrap, PAYMENTS_TOPIC, args.payments, ledger, pause_s=pause
+            )
 
         generator = threading.Thread(target=run_generator, name="generator", daemon=True)
         generator.start()

@@ -102,6 +102,7 @@ def start_queries(spark: Any, bootstrap: str, checkpoint: str, max_per_trigger: 
     def write_balances(updated: Any, _batch_id: int) -> None:
         (
             updated.write.format("onceflow")
+            .mode("append")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", BALANCES_TOPIC)
             .option("sinkId", "balances")

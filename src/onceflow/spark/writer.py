@@ -115,7 +115,7 @@ SINK_ID = "sinkid"
 LEDGER_TOPIC = "ledgertopic"
 WRITER_OPTIONS = {TOPIC: "topic", SINK_ID: "sinkId", LEDGER_TOPIC: "ledgerTopic"}
 # Spark adds these to a streaming sink's options itself; the sink has no use for them.
-SPARK_OPTIONS = frozenset({"checkpointlocation"})
+SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 KAFKA_PREFIX = "kafka."
 
 # librdkafka settings the sink decides itself: None = never settable; otherwise the values
