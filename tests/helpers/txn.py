@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "DiskBatch",
     "Rec",
     "TxnProducer",
+    "call_with_deadline",
     "confluent_txn_producer",
     "end_offsets",
     "fencing_error",
@@ -92,6 +94,27 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def call_with_deadline(call: Callable[[], T], timeout: float = OP_TIMEOUT_S, what: str = "") -> T:
+    """Run a blocking client call that takes no timeout of its own (kafka-python's
+    transactional calls wait without one) in a thread; fail if it has not returned in time."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"deadline-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise AssertionError(f"{what or call} did not return within {timeout} s")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]  # type: ignore[no-any-return]
 
 
 # ---- transactional producers -----------------------------------------------------------
@@ -241,7 +264,7 @@ class _KafkaPythonTxn(TxnProducer):
         self._futures: list[Any] = []
 
     def init(self) -> None:
-        self.p.init_transactions()
+        call_with_deadline(self.p.init_transactions, what="init_transactions")
 
     def begin(self) -> None:
         self.p.begin_transaction()
@@ -259,10 +282,10 @@ class _KafkaPythonTxn(TxnProducer):
         return out
 
     def commit(self) -> None:
-        self.p.commit_transaction()
+        call_with_deadline(self.p.commit_transaction, what="commit_transaction")
 
     def abort(self) -> None:
-        self.p.abort_transaction()
+        call_with_deadline(self.p.abort_transaction, what="abort_transaction")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

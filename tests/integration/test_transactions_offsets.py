@@ -32,6 +32,7 @@ from tests.helpers.txn import (
     OP_TIMEOUT_S,
     TXN_BROKER_OVERRIDES,
     Rec,
+    call_with_deadline,
     confluent_txn_producer,
     read_records,
     wait_for,
@@ -217,7 +218,7 @@ class KafkaPythonApp(App):
             transactional_id=txn_id,
             max_block_ms=int(OP_TIMEOUT_S * 1000),
         )
-        self.p.init_transactions()
+        call_with_deadline(self.p.init_transactions, what="init_transactions")
         self._futures: list[Any] = []
 
     def poll(self, n: int) -> list[Rec]:
@@ -254,16 +255,19 @@ class KafkaPythonApp(App):
         from kafka import TopicPartition as KTP
         from kafka.structs import OffsetAndMetadata
 
-        self.p.send_offsets_to_transaction(
-            {KTP(self.src, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},
-            self.group,
+        call_with_deadline(
+            lambda: self.p.send_offsets_to_transaction(
+                {KTP(self.src, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},
+                self.group,
+            ),
+            what="send_offsets_to_transaction",
         )
 
     def commit(self) -> None:
-        self.p.commit_transaction()
+        call_with_deadline(self.p.commit_transaction, what="commit_transaction")
 
     def abort(self) -> None:
-        self.p.abort_transaction()
+        call_with_deadline(self.p.abort_transaction, what="abort_transaction")
 
     def close(self) -> None:
         self.c.close()
