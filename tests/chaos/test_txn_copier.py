@@ -16,6 +16,7 @@ aborts really happened).
 
 from __future__ import annotations
 
+import datetime
 import os
 import selectors
 import signal
@@ -30,11 +31,20 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from kio.schema.init_producer_id.v1 import request as init_producer_id_v1
+from kio.schema.types import TransactionalId
 
 from tests.helpers.broker import BrokerProcess, die_with_parent
 from tests.helpers.clients import QUIET_LOGGER, create_topic
 from tests.helpers.clients import producer as plain_producer
-from tests.helpers.txn import TXN_BROKER_OVERRIDES, Rec, read_records, wait_stable
+from tests.helpers.txn import (
+    TXN_BROKER_OVERRIDES,
+    Rec,
+    last_txn_state,
+    read_records,
+    wait_stable,
+)
+from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +74,7 @@ class CopierProcess:
 
     def __init__(self, args: list[str], end: int, log_dir: Path, name: str) -> None:
         self.args = args
+        self.txn_id = args[args.index("--txn-id") + 1]
         self.end = end
         self.name = name
         self.log_dir = log_dir
@@ -267,6 +278,7 @@ def _run_copiers(
                     raise AssertionError(
                         f"{c.name} made no progress for {STALL_S} s at {c.position}:\n"
                         f"{c.tail()}\nits stack:\n{c.dump_stack()}\n"
+                        f"{_coordinator_view(broker, c.txn_id)}\n"
                         f"broker log:\n{broker.log_tail()}"
                     )
                 code = c.exited()
@@ -304,6 +316,25 @@ def _run_copiers(
         stats.aborted_txns += sum(1 for line in c.lines if line.startswith("ABORTED"))
         stats.recovered += sum(1 for line in c.lines if line.startswith("RECOVERED"))
     return stats
+
+
+def _coordinator_view(broker: BrokerProcess, txn_id: str) -> str:
+    """For a stall report: the transactional id's newest logged state, and what a new
+    InitProducerId for it is answered (51, CONCURRENT_TRANSACTIONS, for ever means the
+    coordinator is stuck on a pending transition)."""
+    last = last_txn_state(broker.data_dir, txn_id)
+    try:
+        with RawConnection(broker.bootstrap) as conn:
+            answer = conn.call(
+                init_producer_id_v1.InitProducerIdRequest(
+                    transactional_id=TransactionalId(txn_id),
+                    transaction_timeout=datetime.timedelta(seconds=30),
+                )
+            )
+        init = f"error {int(answer.error_code)}"
+    except Exception as exc:
+        init = f"failed: {exc!r}"
+    return f"{txn_id}: newest logged state {last}; a new InitProducerId is answered {init}"
 
 
 def _group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

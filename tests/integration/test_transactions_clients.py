@@ -8,11 +8,17 @@ asserts how long anything took.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kio.schema.add_partitions_to_txn.v1 import request as add_partitions_v1
+from kio.schema.end_txn.v1 import request as end_txn_v1
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
 
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
@@ -24,9 +30,11 @@ from tests.helpers.txn import (
     end_offsets,
     fencing_error,
     make_txn_producer,
+    partition_batches,
     read_records,
     wait_stable,
 )
+from tests.helpers.wire import encode_entity, request_frame
 
 # How long a reader keeps polling after reaching its end offset, to show nothing more comes.
 LINGER_S = 1.0
@@ -289,3 +297,78 @@ def test_stalled_transaction_is_aborted_by_timeout_and_producer_fenced(
     # Nothing of it ever becomes visible.
     ends = wait_stable(broker.bootstrap, topic, [0, 1])
     assert read_records("confluent", broker.bootstrap, topic, ends, committed=True) == []
+
+
+# ---- 5. a client that vanishes while its transactional request is being logged ----------
+
+
+def _send_and_vanish(bootstrap: str, request: Any) -> None:
+    """Send one request and close the connection at once, without reading the answer: what
+    a producer killed mid-request leaves the broker with."""
+    frame = request_frame(
+        int(request.__api_key__),
+        int(request.__version__),
+        1,
+        encode_entity(request),
+        flexible=bool(request.__flexible__),
+    )
+    host, _, port = bootstrap.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame)
+
+
+@pytest.mark.parametrize("request_kind", ["end-txn", "add-partitions"])
+def test_transaction_is_not_stuck_when_its_client_vanishes_mid_request(
+    broker: BrokerProcess, producers: list[TxnProducer], request_kind: str
+) -> None:
+    """The coordinator logs the state change whether or not the client is still there to
+    hear the answer; it must then finish it (markers, Complete), not leave the id pending,
+    which would answer CONCURRENT_TRANSACTIONS for ever and hold back the LSO."""
+    topic = create_topic(broker.bootstrap, partitions=2)
+    txn_id = _txn_id(f"vanish-{request_kind}")
+    p = make_txn_producer("confluent", broker.bootstrap, txn_id)
+    producers.append(p)
+    p.init()
+    p.begin()
+    p.send(topic, 0, b"kept")
+    [(_, offset, _)] = p.flush()
+    header = next(
+        b.header
+        for b in partition_batches(broker.data_dir, topic, 0)
+        if b.header.base_offset == offset
+    )
+    pid, epoch = header.producer_id, header.producer_epoch
+    if request_kind == "end-txn":
+        request: Any = end_txn_v1.EndTxnRequest(
+            transactional_id=TransactionalId(txn_id),
+            producer_id=ProducerId(pid),
+            producer_epoch=i16(epoch),
+            committed=True,
+        )
+    else:
+        request = add_partitions_v1.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(txn_id),
+            v3_and_below_producer_id=ProducerId(pid),
+            v3_and_below_producer_epoch=i16(epoch),
+            v3_and_below_topics=(
+                add_partitions_v1.AddPartitionsToTxnTopic(
+                    name=TopicName(topic), partitions=(i32(1),)
+                ),
+            ),
+        )
+    _send_and_vanish(broker.bootstrap, request)
+
+    # A new instance starts (fencing whatever is left open), and the partitions settle.
+    fresh = make_txn_producer("confluent", broker.bootstrap, txn_id)
+    producers.append(fresh)
+    fresh.init()
+    ends = wait_stable(broker.bootstrap, topic, [0, 1])
+    visible = _values(read_records("confluent", broker.bootstrap, topic, ends, committed=True))
+    assert visible in ([], [b"kept"]), visible
+    fresh.begin()
+    fresh.send(topic, 1, b"after")
+    fresh.flush()
+    fresh.commit()
+    ends = wait_stable(broker.bootstrap, topic, [0, 1])
+    after = _values(read_records("confluent", broker.bootstrap, topic, ends, committed=True))
+    assert sorted(after) == sorted([*visible, b"after"])  # type: ignore[type-var]
