@@ -71,6 +71,8 @@ class KafkaConnection(asyncio.Protocol):
         self._tasks: list[asyncio.Task[None]] = []
         self._paused = False
         self._in_flight = 0
+        self._handling = False
+        self._closed = False
 
     @property
     def busy(self) -> bool:
@@ -106,8 +108,15 @@ class KafkaConnection(asyncio.Protocol):
             self._paused = True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for task in self._tasks:
-            task.cancel()
+        # A request being handled runs to its end and only its response is dropped:
+        # cancelling a handler halfway (between a coordinator's log write and the state
+        # change after it) left a transaction pending forever. Idle tasks are cancelled.
+        self._closed = True
+        processor, writer = self._tasks or (None, None)
+        if writer is not None:
+            writer.cancel()
+        if processor is not None and not self._handling:
+            processor.cancel()
         self._writable.set()
         self.broker.connections.discard(self)
 
@@ -131,6 +140,7 @@ class KafkaConnection(asyncio.Protocol):
                 assert self.transport is not None
                 self.transport.resume_reading()
                 self._paused = False
+            self._handling = True
             try:
                 header, result = await self._handle(frame)
             except ProtocolError as exc:
@@ -140,6 +150,10 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("request from %s failed; closing the connection", self.peer)
                 self.abort("internal error")
                 return
+            finally:
+                self._handling = False
+            if self._closed:
+                return  # the client is gone; the work is done, the answer has nowhere to go
             if isinstance(result, NoResponse):
                 self._in_flight -= 1
                 continue

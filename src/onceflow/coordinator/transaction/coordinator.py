@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -105,7 +105,7 @@ class TransactionCoordinator:
         self.config = config
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TransactionMetadata] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._closed = False
 
     def partition_for(self, transactional_id: str) -> int:
@@ -243,10 +243,12 @@ class TransactionCoordinator:
         state = meta.state
         if state == TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            error = await self._transition(meta, target, update_ms=self._clock.now_ms())
-            if error is ErrorCode.none:
-                self._spawn(self._finish(meta, commit))
-            return error
+            return await self._transition_then(
+                meta,
+                target,
+                lambda: self._spawn(self._finish(meta, commit)),
+                {"update_ms": self._clock.now_ms()},
+            )
         retry_of_same = {
             TxnState.COMPLETE_COMMIT: (commit, ErrorCode.none),
             TxnState.COMPLETE_ABORT: (not commit, ErrorCode.none),
@@ -347,16 +349,16 @@ class TransactionCoordinator:
             return ErrorCode.producer_fenced
         meta.prepare(TxnState.PREPARE_EPOCH_FENCE)  # checks Ongoing -> PrepareEpochFence
         meta.abandon()
-        error = await self._transition(
+        return await self._transition_then(
             meta,
             TxnState.PREPARE_ABORT,
-            producer_epoch=meta.producer_epoch + 1,
-            last_producer_epoch=NO_PRODUCER_EPOCH,
-            update_ms=self._clock.now_ms(),
+            lambda: self._spawn(self._finish(meta, commit=False)),
+            {
+                "producer_epoch": meta.producer_epoch + 1,
+                "last_producer_epoch": NO_PRODUCER_EPOCH,
+                "update_ms": self._clock.now_ms(),
+            },
         )
-        if error is ErrorCode.none:
-            self._spawn(self._finish(meta, commit=False))
-        return error
 
     async def _finish(self, meta: TransactionMetadata, commit: bool) -> None:
         """Write every marker, then log the Complete state; retry until both succeed."""
@@ -385,15 +387,35 @@ class TransactionCoordinator:
     async def _transition(
         self, meta: TransactionMetadata, state: TxnState, **changes: object
     ) -> ErrorCode:
+        return await self._transition_then(meta, state, None, changes)
+
+    async def _transition_then(
+        self,
+        meta: TransactionMetadata,
+        state: TxnState,
+        then: Callable[[], None] | None,
+        changes: dict[str, object],
+    ) -> ErrorCode:
+        """prepare -> log append -> complete (then `then`), shielded from cancellation: the
+        caller going away must never leave the pending state set with the record logged."""
         transit = meta.prepare(state, **changes)
-        try:
-            await self._append(transit)
-        except Exception as exc:
-            meta.abandon()
-            log.warning("transaction log append for %s failed: %s", meta.transactional_id, exc)
-            return ErrorCode.coordinator_not_available
-        meta.complete(transit)
-        return ErrorCode.none
+
+        async def write() -> ErrorCode:
+            try:
+                await self._append(transit)
+            except Exception as exc:
+                meta.abandon()
+                log.warning("transaction log append for %s failed: %s", meta.transactional_id, exc)
+                return ErrorCode.coordinator_not_available
+            meta.complete(transit)
+            if then is not None:
+                then()
+            return ErrorCode.none
+
+        task = asyncio.ensure_future(write())
+        self._tasks.add(task)  # kept alive (and awaited at close) even if we are cancelled
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
 
     async def _append(self, transit: TxnTransit, tombstone: bool = False) -> None:
         key = encode_key(transit.transactional_id)
