@@ -139,11 +139,14 @@ _SINK_OWNED_WHY = {
 # Producer defaults a user may override with kafka.*: every transaction is flushed at its
 # commit anyway, so a longer linger costs no latency and makes fuller batches;
 # murmur2_random hashes keys as the Java client does, so keyed rows land where a Java
-# producer (and Spark's own Kafka sink) would put them.
+# producer (and Spark's own Kafka sink) would put them. metadata.recovery.strategy=none
+# keeps librdkafka 2.x from "re-bootstrapping" away from a single broker that restarted,
+# which can hang send_offsets_to_transaction (librdkafka issue 5511).
 PRODUCER_DEFAULTS = {
     "linger.ms": "20",
     "batch.num.messages": "10000",
     "partitioner": "murmur2_random",
+    "metadata.recovery.strategy": "none",
 }
 
 COLUMNS = ("key", "value", "topic", "partition", "headers")
