@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +161,7 @@ def fencing_error(exc: BaseException) -> str | None:
     return None
 
 
-class TxnProducer:
+class TxnProducer(ABC):
     """One transactional producer of any of the three clients, driven synchronously.
 
     `send` queues a record; `flush` waits for every queued record and returns their
@@ -169,26 +170,26 @@ class TxnProducer:
 
     client: str
 
-    def init(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def init(self) -> None: ...
 
-    def begin(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def begin(self) -> None: ...
 
-    def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def send(self, topic: str, partition: int, value: bytes, key: bytes | None = None) -> None: ...
 
-    def flush(self) -> list[tuple[int, int, bytes]]:
-        raise NotImplementedError
+    @abstractmethod
+    def flush(self) -> list[tuple[int, int, bytes]]: ...
 
-    def commit(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def commit(self) -> None: ...
 
-    def abort(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def abort(self) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class _ConfluentTxn(TxnProducer):

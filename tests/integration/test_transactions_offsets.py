@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -86,7 +87,7 @@ def _transform(value: bytes) -> bytes:
 # ---- one consume-transform-produce application per client -------------------------------
 
 
-class App:
+class App(ABC):
     """A read_committed consumer in `group` plus a transactional producer."""
 
     client: str
@@ -95,32 +96,32 @@ class App:
         """Exactly `n` more records (fails if they do not come in time)."""
         raise NotImplementedError
 
-    def positions(self) -> dict[int, int]:
-        raise NotImplementedError
+    @abstractmethod
+    def positions(self) -> dict[int, int]: ...
 
-    def rewind(self, offsets: dict[int, int]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def rewind(self, offsets: dict[int, int]) -> None: ...
 
-    def begin(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def begin(self) -> None: ...
 
-    def send(self, value: bytes) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def send(self, value: bytes) -> None: ...
 
-    def flush(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def flush(self) -> None: ...
 
-    def send_offsets(self, offsets: dict[int, int]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def send_offsets(self, offsets: dict[int, int]) -> None: ...
 
-    def commit(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def commit(self) -> None: ...
 
-    def abort(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def abort(self) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class ConfluentApp(App):
