@@ -2,7 +2,7 @@
 Metadata request, with one large partition, with and without a producer-state snapshot.
 
 The partition is built by an idempotent confluent producer (1 KiB values in batches of up to
-1 MB), so the log carries producer state. Segments are a quarter of the partition's size, so
+16 KiB, so there are many batches to replay), so the log carries producer state. Segments are a quarter of the partition's size, so
 rolls write producer-state snapshots (`<offset>.snapshot`). Each repetition: kill -9, start
 (timed: "with snapshot"), kill -9, delete every `.snapshot` file, start (timed: "without").
 """
@@ -25,7 +25,7 @@ def build(size_bytes: int) -> OnceflowBroker:
         TOPIC,
         max(1, size_bytes // KIB),
         KIB,
-        {"linger.ms": 50, "batch.size": 1_000_000},
+        {"linger.ms": 5, "batch.size": 16_384},
     )
     return broker
 

@@ -98,6 +98,7 @@ class LogManager:
                 stats.segments_scanned,
                 stats.batches_replayed,
             )
+        plog.on_roll = self.checkpoint_recovery_points
         self.logs[(topic.name, partition)] = plog
         return plog
 
@@ -236,7 +237,7 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Kafka's checkpoint format: version, count, then `topic partition offset` lines."""
-        lines = [f"{p.topic} {p.partition} {p.flushed_offset}" for p in self.logs.values()]
+        lines = [f"{p.topic} {p.partition} {p.recovery_point}" for p in self.logs.values()]
         data = "\n".join(["0", str(len(lines)), *lines]) + "\n"
         self.fs.write_file_atomic(os.path.join(self.log_dir, RECOVERY_CHECKPOINT), data.encode())
 

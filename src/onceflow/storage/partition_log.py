@@ -14,6 +14,7 @@ lets the broker group many appends under one fsync.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from onceflow.clock import Clock
@@ -126,6 +127,11 @@ class PartitionLog:
         self.leader_epoch = 0
         self.log_end_offset = segments[-1].next_offset
         self.flushed_offset = min(recovery_point, self.log_end_offset)
+        # What the recovery-point checkpoint may claim: everything below is on disk. It
+        # moves with every flush and with every roll (which syncs the old segment), so after
+        # a crash recovery scans at most the active segment's tail, whatever the log's size.
+        self.recovery_point = self.flushed_offset
+        self.on_roll: Callable[[], None] | None = None
         self._hw_segment = segments[-1]
         self._hw_position = segments[-1].size
         self.high_watermark = self.log_end_offset
@@ -271,8 +277,12 @@ class PartitionLog:
         segment.next_offset = self.log_end_offset
         self.segments.append(segment)
         self.fs.fsync_dir(self.directory)
-        # The data below the new base is durable now, so a snapshot there is safe to trust.
+        # The data below the new base is durable now, so a snapshot there is safe to trust,
+        # and recovery need not scan below it.
         self.producer_state.take_snapshot()
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        if self.on_roll is not None:
+            self.on_roll()
         return segment
 
     # ---- durability ------------------------------------------------------------------
@@ -286,6 +296,7 @@ class PartitionLog:
         return plan
 
     def complete_flush(self, plan: FlushPlan) -> None:
+        self.recovery_point = max(self.recovery_point, plan.end_offset)
         if plan.end_offset > self.flushed_offset:
             self.flushed_offset = plan.end_offset
             if self.config.durable:
@@ -428,6 +439,7 @@ class PartitionLog:
         self.active.truncate_to(offset)
         self.log_end_offset = self.active.next_offset
         self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         # The cached position must be the high watermark's, which may sit below the new
         # log end; pointing it at the end let reads bounded by the HW return more.
