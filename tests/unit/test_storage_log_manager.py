@@ -320,3 +320,25 @@ def test_load_leaves_directories_that_are_not_partitions_alone(tmp_path: Path) -
     manager(tmp_path)
     for name in ("lost+found", "backup", "a-b-c"):
         assert (tmp_path / name / "keep.txt").read_text() == "mine"
+
+
+def test_after_a_crash_recovery_scans_only_what_the_last_roll_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A roll syncs the old segment and moves the checkpointed recovery point, so recovery
+    after kill -9 (simulated: the manager is dropped without shutdown) validates only the
+    active segment, however many segments the log has."""
+    lm = manager(tmp_path)
+    lm.create_topic("big", 1, {"segment.bytes": "600"})
+    plog = get(lm, "big")
+    for _ in range(200):
+        append(plog)
+    assert len(plog.segments) > 10
+    expected = log_bytes(plog)
+    del lm, plog  # no flush, no checkpoint, no clean-shutdown marker: a crash
+    caplog.set_level("INFO", logger="onceflow.storage.log_manager")
+    reopened = manager(tmp_path)
+    plog = get(reopened, "big")
+    assert log_bytes(plog) == expected
+    scans = [r.getMessage() for r in caplog.records if "recovered big-0" in r.getMessage()]
+    assert scans == [scans[0]] and "scanned 1 segments" in scans[0], scans
