@@ -2,9 +2,10 @@
 Metadata request, with one large partition, with and without a producer-state snapshot.
 
 The partition is built by an idempotent confluent producer (1 KiB values in batches of up to
-16 KiB, so there are many batches to replay), so the log carries producer state. Segments are a quarter of the partition's size, so
-rolls write producer-state snapshots (`<offset>.snapshot`). Each repetition: kill -9, start
-(timed: "with snapshot"), kill -9, delete every `.snapshot` file, start (timed: "without").
+16 KiB, so there are many batches to replay), so the log carries producer state. Segments
+are a quarter of the partition's size, so rolls write producer-state snapshots
+(`<offset>.snapshot`). Each repetition: kill -9, start (timed: "with snapshot"), kill -9,
+delete every `.snapshot` file, start (timed: "without").
 """
 
 from __future__ import annotations
