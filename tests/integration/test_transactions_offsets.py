@@ -92,9 +92,9 @@ class App(ABC):
 
     client: str
 
+    @abstractmethod
     def poll(self, n: int) -> list[Rec]:
         """Exactly `n` more records (fails if they do not come in time)."""
-        raise NotImplementedError
 
     @abstractmethod
     def positions(self) -> dict[int, int]: ...

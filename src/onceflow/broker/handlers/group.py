@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from onceflow.broker.handlers.base import Handler, RequestContext
@@ -174,13 +175,20 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_instance_id=getattr(request, "group_instance_id", None),
             retention_ms=None if retention_ms == DEFAULT_RETENTION else retention_ms,
         )
+    return _commit_response(ctx, request, errors, "OffsetCommit")
+
+
+def _commit_response(
+    ctx: RequestContext, request: Any, errors: Mapping[TopicPartition, ErrorCode], api: str
+) -> Any:
+    """The per-partition answer of OffsetCommit or TxnOffsetCommit (same shape, own names)."""
     topics = tuple(
         ctx.entity(
-            "OffsetCommitResponseTopic",
+            f"{api}ResponseTopic",
             name=topic.name,
             partitions=tuple(
                 ctx.entity(
-                    "OffsetCommitResponsePartition",
+                    f"{api}ResponsePartition",
                     partition_index=p.partition_index,
                     error_code=errors[TopicPartition(topic.name, p.partition_index)],
                 )
@@ -222,22 +230,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             getattr(request, "group_instance_id", None),
             entries,
         )
-    topics = tuple(
-        ctx.entity(
-            "TxnOffsetCommitResponseTopic",
-            name=topic.name,
-            partitions=tuple(
-                ctx.entity(
-                    "TxnOffsetCommitResponsePartition",
-                    partition_index=p.partition_index,
-                    error_code=errors[TopicPartition(topic.name, p.partition_index)],
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
-    )
-    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+    return _commit_response(ctx, request, errors, "TxnOffsetCommit")
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
