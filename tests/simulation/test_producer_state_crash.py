@@ -128,7 +128,11 @@ class World:
         self.epochs[pid] += 1
 
     def flush(self) -> None:
-        self.plog.flush()
+        """A group commit's flush: record bytes only, as the broker does it."""
+        plan = self.plog.prepare_flush()
+        if plan is not None:
+            plan.execute()
+            self.plog.complete_flush(plan)
         self.acked = self.journal.acked = self.plog.flushed_offset
 
 

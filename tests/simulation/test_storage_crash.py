@@ -85,8 +85,13 @@ class World:
         plog.append_batches(data, headers)
 
     def flush(self, lm: LogManager, topic: str, partition: int = 0) -> None:
+        """A group commit's flush, as the broker does it: record bytes only, indexes left
+        unsynced (recovery must rebuild them)."""
         plog = _log(lm, topic, partition)
-        plog.flush()
+        plan = plog.prepare_flush()
+        if plan is not None:
+            plan.execute()
+            plog.complete_flush(plan)
         self.journals[(topic, partition)].acked = plog.flushed_offset
 
     def flush_all(self, lm: LogManager) -> None:

@@ -98,9 +98,9 @@ class FlushPlan:
     segments: list[LogSegment] = field(default_factory=list)
 
     def execute(self) -> None:
-        """The slow part: fsync every segment that holds unflushed data."""
+        """The slow part: fsync the record bytes of every segment with unflushed data."""
         for segment in self.segments:
-            segment.fsync()
+            segment.fsync_data()
 
 
 class PartitionLog:
@@ -303,10 +303,13 @@ class PartitionLog:
                 self._advance_high_watermark(plan.end_offset, plan.end_segment, plan.end_position)
 
     def flush(self) -> None:
-        """Synchronous flush (shutdown, tests, simulation)."""
+        """Synchronous flush of the data and the active segment's indexes (shutdown,
+        recovery, tests, simulation)."""
         plan = self.prepare_flush()
         if plan is not None:
             plan.execute()
+        self.active.fsync()
+        if plan is not None:
             self.complete_flush(plan)
 
     def _advance_high_watermark(self, offset: int, segment: LogSegment, position: int) -> None:

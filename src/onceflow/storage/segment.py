@@ -260,7 +260,15 @@ class LogSegment:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    def fsync_data(self) -> None:
+        """Sync the record bytes only: what a group commit needs. The indexes of a segment
+        at or past the recovery point are rebuilt by recovery after a crash, so syncing
+        them on every commit (as `fsync` does) would triple the fsyncs for nothing."""
+        self.log.fsync()
+
     def fsync(self) -> None:
+        """Sync everything: before the recovery point moves past this segment (a roll) and
+        at clean shutdown, when the next start trusts the index files."""
         self.log.fsync()
         self.offset_index.fsync()
         self.time_index.fsync()
