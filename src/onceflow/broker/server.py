@@ -157,8 +157,6 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(result, NoResponse):
                 self._in_flight -= 1
                 continue
-            if isinstance(result, Deferred):
-                result = asyncio.ensure_future(result.result)
             await self._responses.put((header, result))
 
     async def _handle(self, frame: bytes) -> tuple[codec.RequestHeader, Any]:
@@ -186,13 +184,15 @@ class KafkaConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         while True:
             header, result = await self._responses.get()
-            if isinstance(result, asyncio.Future):
+            if isinstance(result, Deferred):
                 try:
-                    result = await result
+                    for wait in result.waits:
+                        await wait
                 except Exception:
                     log.exception("deferred response to %s failed", self.peer)
                     self.abort("internal error")
                     return
+                result = result.response
             head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
             parts: list[Any] = (
                 result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]

@@ -1,20 +1,30 @@
 """Group commit: one round of fsyncs, off the event loop, covers every append waiting.
 
-Appends mark their log dirty and ask for durability. While a round of fsyncs runs in a
-worker thread, newer appends queue up for the next round, so under load many appends share
+Appends mark their log dirty and ask for durability. A round takes every dirty log's flush
+plan (on the loop), hands the plans to the flusher thread, which fsyncs them, and finishes
+back on the loop, where the logs' flushed offsets move and the waiters are released. While
+a round runs, newer appends queue up for the next round, so under load many appends share
 one fsync instead of paying one each.
+
+The round's path is kept short because an idempotent librdkafka producer has one request in
+flight per partition, so every hop is on its critical path: one `call_soon` to start (which
+lets every partition of a produce request join the round), one queue put to the thread, one
+`call_soon_threadsafe` back, and the next round starts at once from the finished one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import queue
+import threading
 from collections.abc import Callable
 
 from onceflow.storage.partition_log import FlushPlan, PartitionLog
 
 log = logging.getLogger(__name__)
+
+_STOP = None  # put on the job queue: the flusher thread ends
 
 
 class GroupCommitFlusher:
@@ -22,26 +32,31 @@ class GroupCommitFlusher:
         self._on_flushed = on_flushed
         self._dirty: dict[int, PartitionLog] = {}
         self._waiters: list[tuple[PartitionLog, int, asyncio.Future[None]]] = []
-        self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._round_done: asyncio.Event | None = None
-        self.rounds = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: queue.SimpleQueue[list[FlushPlan] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._idle: asyncio.Event | None = None  # set while no round is in the thread
+        self._running = False
+        self._scheduled = False
         self._closed = False
+        self.rounds = 0
 
     def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._round_done = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._fsync_rounds, name="group-commit")
+        self._thread.daemon = True
+        self._thread.start()
         if self._dirty or self._waiters:
-            # mark() and durable() before start() had no event to set; without this their
-            # waiters would hang until some later append woke the loop.
-            self._wake.set()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+            # mark() and durable() before start() could not schedule a round; without this
+            # their waiters would hang until some later append.
+            self._schedule()
 
     def mark(self, plog: PartitionLog) -> None:
         """Note that `plog` has unflushed appends; they will be flushed soon."""
         self._dirty[id(plog)] = plog
-        if self._wake is not None:
-            self._wake.set()
+        self._schedule()
 
     def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
         """A future that completes once `plog` is flushed past `offset`."""
@@ -56,42 +71,72 @@ class GroupCommitFlusher:
     async def barrier(self) -> None:
         """Wait until no fsync round is running (before closing files)."""
         while self._running:
-            assert self._round_done is not None
-            self._round_done.clear()
-            await self._round_done.wait()
+            assert self._idle is not None
+            await self._idle.wait()
 
-    _running = False
+    async def close(self) -> None:
+        self._closed = True
+        await self.barrier()
+        if self._thread is not None:
+            self._jobs.put(_STOP)
+            self._thread.join()
+            self._thread = None
 
-    async def _run(self) -> None:
-        assert self._wake is not None and self._round_done is not None
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            await self._wake.wait()
-            self._wake.clear()
-            plans = [p for p in (plog.prepare_flush() for plog in self._take_dirty()) if p]
-            if not plans:
-                self._settle()
-                continue
-            self._running = True
-            try:
-                await loop.run_in_executor(None, _execute_all, plans)
-                for plan in plans:
-                    plan.log.complete_flush(plan)
-                    if self._on_flushed is not None:
-                        self._on_flushed(plan.log)
-            except OSError as exc:
-                log.error("fsync failed: %s", exc)
-                self._fail(exc)
-            finally:
-                self._running = False
-                self._round_done.set()
-            self.rounds += 1
-            self._settle()
+    # ---- rounds ----------------------------------------------------------------------
 
-    def _take_dirty(self) -> list[PartitionLog]:
+    def _schedule(self) -> None:
+        if self._loop is None or self._scheduled or self._running or self._closed:
+            return  # a running round starts the next one when it finishes
+        self._scheduled = True
+        self._loop.call_soon(self._start_round)
+
+    def _start_round(self) -> None:
+        self._scheduled = False
+        if self._running or self._closed:
+            return
         logs = [p for p in self._dirty.values() if not p.deleted]
         self._dirty = {}
-        return logs
+        plans = [plan for plan in (plog.prepare_flush() for plog in logs) if plan is not None]
+        if not plans:
+            self._settle()
+            return
+        assert self._idle is not None
+        self._running = True
+        self._idle.clear()
+        self._jobs.put(plans)
+
+    def _fsync_rounds(self) -> None:
+        """The flusher thread: the slow part of each round, while the loop serves others."""
+        loop = self._loop
+        assert loop is not None
+        while (plans := self._jobs.get()) is not _STOP:
+            error: OSError | None = None
+            try:
+                for plan in plans:
+                    plan.execute()
+            except OSError as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(self._finish_round, plans, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+
+    def _finish_round(self, plans: list[FlushPlan], error: OSError | None) -> None:
+        assert self._idle is not None
+        self._running = False
+        self._idle.set()
+        self.rounds += 1
+        if error is not None:
+            log.error("fsync failed: %s", error)
+            self._fail(error)
+        else:
+            for plan in plans:
+                plan.log.complete_flush(plan)
+                if self._on_flushed is not None:
+                    self._on_flushed(plan.log)
+        self._settle()
+        if self._dirty and not self._closed:
+            self._start_round()  # everything appended meanwhile, without another hop
 
     def _settle(self) -> None:
         waiting = []
@@ -106,26 +151,11 @@ class GroupCommitFlusher:
                 waiting.append((plog, offset, fut))
                 self._dirty[id(plog)] = plog
         self._waiters = waiting
-        if waiting and self._wake is not None:
-            self._wake.set()
+        if waiting:
+            self._schedule()
 
     def _fail(self, exc: BaseException) -> None:
         for _, _, fut in self._waiters:
             if not fut.done():
                 fut.set_exception(exc)
         self._waiters = []
-
-    async def close(self) -> None:
-        self._closed = True
-        if self._wake is not None:
-            self._wake.set()
-        if self._task is not None:
-            await self.barrier()
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-def _execute_all(plans: list[FlushPlan]) -> None:
-    for plan in plans:
-        plan.execute()

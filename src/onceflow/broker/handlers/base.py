@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,12 +46,15 @@ NO_RESPONSE = NoResponse()
 
 @dataclass(frozen=True, slots=True)
 class Deferred:
-    """A response that is ready only later (e.g. once appended data is durable).
+    """A response that is ready once every future in `waits` is done (e.g. once appended
+    data is durable).
 
     The connection moves on to its next request meanwhile; responses still leave in order.
+    The writer awaits the futures itself: no task per response on the produce hot path.
     """
 
-    result: Awaitable[Any]
+    waits: list[asyncio.Future[None]]
+    response: Any
 
 
 @dataclass(frozen=True, slots=True)

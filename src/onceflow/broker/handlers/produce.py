@@ -89,12 +89,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return NO_RESPONSE
     if not waits:
         return response
-    return Deferred(_after_durable(waits, response))
-
-
-async def _after_durable(waits: list[asyncio.Future[None]], response: Any) -> Any:
-    await asyncio.gather(*waits)
-    return response
+    return Deferred(waits, response)
 
 
 def require_keys(records: bytes, headers: list[BatchHeader]) -> None:
