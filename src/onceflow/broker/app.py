@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 
+from onceflow.broker.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.server import KafkaConnection
@@ -111,6 +112,7 @@ def serve(config: BrokerConfig) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run_broker(config, stop)
 
+    keep_freed_memory()
     try:
         asyncio.run(main())
     except StartupError as exc:

@@ -1,6 +1,7 @@
 """The network adapter: asyncio Protocols around the sans-IO protocol core.
 
-Each connection feeds received bytes to a FrameDecoder, processes requests one at a time in
+Each connection receives straight into its FrameDecoder's buffers (a BufferedProtocol, so
+a large produce request is never copied on the way in), processes requests one at a time in
 arrival order (as Kafka does), and writes responses in the same order. A produce waiting for
 its fsync does not hold up the next request: its response is a Deferred that the writer
 awaits in turn, so pipelined produces share group commits. Record bytes of a fetch go from
@@ -25,7 +26,7 @@ from onceflow.broker.handlers.base import (
 from onceflow.errors import ProtocolError
 from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey, is_supported
-from onceflow.protocol.framing import FrameDecoder, size_prefix
+from onceflow.protocol.framing import Frame, FrameDecoder, size_prefix
 from onceflow.storage.partition_log import FileRegion
 
 if TYPE_CHECKING:
@@ -55,14 +56,14 @@ class _FdFile:
         return offset  # sendfile passes explicit offsets; the position is never used
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, handlers: Mapping[int, Handler]) -> None:
         self.broker = broker
         self.handlers = handlers
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._requests: asyncio.Queue[bytes] = asyncio.Queue()
+        self._requests: asyncio.Queue[Frame] = asyncio.Queue()
         self._responses: asyncio.Queue[tuple[codec.RequestHeader, Any]] = asyncio.Queue(
             MAX_QUEUED_REQUESTS
         )
@@ -79,7 +80,7 @@ class KafkaConnection(asyncio.Protocol):
         """True while a received request has not been fully answered."""
         return self._in_flight > 0 or self.decoder.buffered > 0
 
-    # ---- asyncio.Protocol ------------------------------------------------------------
+    # ---- asyncio.BufferedProtocol -----------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -93,9 +94,12 @@ class KafkaConnection(asyncio.Protocol):
         ]
         self.broker.connections.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self.decoder.feed(data)
+            frames = self.decoder.received(nbytes)
         except ProtocolError as exc:
             self.abort(f"malformed frame: {exc}")
             return
@@ -152,6 +156,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             finally:
                 self._handling = False
+                self.decoder.recycle(frame)  # decoding copied what the request keeps
             if self._closed:
                 return  # the client is gone; the work is done, the answer has nowhere to go
             if isinstance(result, NoResponse):
@@ -159,7 +164,7 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             await self._responses.put((header, result))
 
-    async def _handle(self, frame: bytes) -> tuple[codec.RequestHeader, Any]:
+    async def _handle(self, frame: Frame) -> tuple[codec.RequestHeader, Any]:
         prefix = codec.peek_header(frame)
         if not is_supported(prefix.api_key, prefix.api_version):
             if prefix.api_key == ApiKey.API_VERSIONS:

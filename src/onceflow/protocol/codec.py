@@ -36,7 +36,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def peek_header(frame: bytes) -> RequestHeader:
+def peek_header(frame: bytes | memoryview) -> RequestHeader:
     """The API key, version and correlation id of any frame, even one we cannot decode."""
     if len(frame) < _PREFIX.size:
         raise ProtocolError(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -75,7 +75,7 @@ def nested(api_key: int, api_version: int, name: str) -> Any:
     return getattr(response_module(api_key, api_version), name)
 
 
-def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode a whole request frame of a supported API version.
 
     Raises ProtocolError when the bytes do not parse. The caller checks the version first.
