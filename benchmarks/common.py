@@ -1,4 +1,8 @@
-"""What every part of the suite shares: brokers, topics, producers, medians."""
+"""What every part of the suite shares: broker processes and the mock cluster.
+
+The client workloads (producers, consumers, topics, medians) live in `onceflow.bench`, so
+`onceflow bench` measures a user's own broker with exactly the same code.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,13 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
-KIB = 1024
-COMMIT_INTERVAL_S = 0.1  # "transactions committing every 100 ms"
-
-
-@dataclass
-class Sizes:
-    messages: int
-    value_bytes: int
-    repeat: int
+from confluent_kafka.admin import AdminClient
 
 
 def free_port() -> int:
@@ -132,135 +122,3 @@ def mock_cluster() -> tuple[AdminClient, str]:
     brokers = admin.list_topics(timeout=10).brokers
     broker = next(iter(brokers.values()))
     return admin, f"{broker.host}:{broker.port}"
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if found is not None and found.error is None and len(found.partitions) == partitions:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"topic {topic} did not appear")
-
-
-def producer_config(bootstrap: str, extra: dict[str, object] | None = None) -> dict[str, object]:
-    conf: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": 5,
-        "batch.size": 1_000_000,
-        "queue.buffering.max.messages": 1_000_000,
-        "log_level": 0,
-    }
-    conf.update(extra or {})
-    return conf
-
-
-class Failures:
-    def __init__(self) -> None:
-        self.errors: list[object] = []
-
-    def __call__(self, err: object, _msg: object) -> None:
-        if err is not None:
-            self.errors.append(err)
-
-    def check(self) -> None:
-        if self.errors:
-            raise RuntimeError(f"{len(self.errors)} deliveries failed: {self.errors[:3]}")
-
-
-def send(producer: Producer, topic: str, value: bytes, report: Failures, partition: int) -> None:
-    while True:
-        try:
-            if partition < 0:
-                producer.produce(topic, value, on_delivery=report)
-            else:
-                producer.produce(topic, value, partition=partition, on_delivery=report)
-            return
-        except BufferError:
-            producer.poll(0.01)
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    messages: int,
-    value_bytes: int,
-    extra: dict[str, object] | None = None,
-    partitions: int = 0,
-) -> float:
-    """Seconds to produce and acknowledge `messages` values (acks=all, idempotent by default).
-    With `partitions`, records go round-robin to partitions 0..partitions-1. One warm-up
-    record (not timed, so the topic holds `messages` + 1) first connects the producer, fetches
-    the topic's metadata and, if idempotent, its producer id: the figure is steady state."""
-    producer = Producer(producer_config(bootstrap, extra))
-    value = b"v" * value_bytes
-    report = Failures()
-    send(producer, topic, value, report, 0 if partitions else -1)
-    producer.flush(60)
-    start = time.perf_counter()
-    for i in range(messages):
-        send(producer, topic, value, report, i % partitions if partitions else -1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    producer.flush(300)
-    elapsed = time.perf_counter() - start
-    report.check()
-    return elapsed
-
-
-def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer(producer_config(bootstrap, {"transactional.id": transactional_id}))
-    producer.init_transactions(60)
-    return producer
-
-
-def produce_transactional(
-    producer: Producer,
-    topic: str,
-    messages: int,
-    value_bytes: int,
-    *,
-    per_transaction: int = 0,
-    partition: int = -1,
-) -> float:
-    """Seconds to produce `messages` values in transactions and commit the last one. A
-    transaction commits after `per_transaction` records, or when 0, every 100 ms."""
-    value = b"v" * value_bytes
-    report = Failures()
-    producer.list_topics(topic, timeout=30)  # as `produce` warms up: metadata before timing
-    start = time.perf_counter()
-    producer.begin_transaction()
-    opened = start
-    in_transaction = 0
-    for i in range(messages):
-        send(producer, topic, value, report, partition)
-        in_transaction += 1
-        if per_transaction:
-            due = in_transaction >= per_transaction
-        else:
-            due = i % 64 == 0 and time.perf_counter() - opened >= COMMIT_INTERVAL_S
-        if due and i < messages - 1:
-            producer.commit_transaction(60)
-            producer.begin_transaction()
-            opened = time.perf_counter()
-            in_transaction = 0
-        elif i % 10_000 == 0:
-            producer.poll(0)
-    producer.commit_transaction(60)
-    elapsed = time.perf_counter() - start
-    report.check()
-    return elapsed
-
-
-def median_of(repeat: int, run: Callable[[int], float]) -> float:
-    return statistics.median(run(i) for i in range(repeat))
-
-
-def medians(runs: list[dict[str, float]]) -> dict[str, float]:
-    """Per-figure medians of several runs' figures."""
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}

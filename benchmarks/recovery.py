@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.common import KIB, OnceflowBroker, create_topic, produce
+from benchmarks.common import OnceflowBroker
+from onceflow.bench import KIB, create_topic, produce
 
 TOPIC = "recovery"
 

@@ -6,9 +6,9 @@ import threading
 import time
 import uuid
 
-from benchmarks.common import (
+from benchmarks.common import OnceflowBroker
+from onceflow.bench import (
     KIB,
-    OnceflowBroker,
     create_topic,
     produce,
     produce_transactional,

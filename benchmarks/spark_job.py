@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.common import create_topic, produce
+from onceflow.bench import create_topic, produce
 
 SOURCE_PARTITIONS = 2
 VALUE_BYTES = 100

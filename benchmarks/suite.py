@@ -20,15 +20,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
-
-from benchmarks import latency, recovery, scaling
-from benchmarks.common import (
+from benchmarks import recovery, scaling
+from benchmarks.common import OnceflowBroker, mock_cluster
+from onceflow.bench import (
     KIB,
-    OnceflowBroker,
+    consume,
+    latency,
     median_of,
     medians,
-    mock_cluster,
     produce,
     produce_transactional,
     transactional_producer,
@@ -72,33 +71,6 @@ class Plan:
             spark_records=10_000,
             spark=False,
         )
-
-
-def consume(bootstrap: str, topic: str, count: int, isolation: str) -> float:
-    """Seconds to consume `count` records of partition 0 from offset 0, by assignment."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "fetch.max.bytes": 52_428_800,
-            "log_level": 0,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got = 0
-    start = time.perf_counter()
-    deadline = time.monotonic() + 120
-    while got < count and time.monotonic() < deadline:
-        for message in consumer.consume(10_000, 1.0):
-            if message.error() is None:
-                got += 1
-    elapsed = time.perf_counter() - start
-    consumer.close()
-    if got < count:
-        raise RuntimeError(f"consumed {got} of {count}")
-    return elapsed
 
 
 def disk_bandwidth(directory: str, total_bytes: int) -> float:

@@ -35,7 +35,7 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("serve", "topics", "produce", "consume", "dump-log"):
+    for command in ("serve", "topics", "produce", "consume", "dump-log", "bench"):
         assert command in out
 
 
@@ -370,3 +370,66 @@ def test_dump_log_options() -> None:
 
 def test_dump_log_needs_a_path(capsys: pytest.CaptureFixture[str]) -> None:
     usage_error(capsys, "dump-log")
+
+
+# --- bench ----------------------------------------------------------------------------------
+
+
+def test_bench_options() -> None:
+    args = parse(
+        "bench",
+        "--bootstrap-server",
+        "kafka:9092",
+        "--messages",
+        "1000",
+        "--value-bytes",
+        "100",
+        "--repeat",
+        "5",
+        "--only",
+        "latency, produce",
+        "--latency-rate",
+        "300",
+        "--latency-seconds",
+        "0.5",
+        "--json",
+        "out.json",
+    )
+    assert args.bootstrap_server == "kafka:9092"
+    assert (args.messages, args.value_bytes, args.repeat) == (1000, 100, 5)
+    assert args.only == ["latency", "produce"]
+    assert (args.latency_rate, args.latency_seconds, args.json) == (300, 0.5, "out.json")
+
+
+def test_bench_defaults() -> None:
+    args = parse("bench")
+    assert args.bootstrap_server == "127.0.0.1:9092"
+    assert (args.messages, args.value_bytes, args.repeat) == (200_000, 1024, 3)
+    assert args.only == ["produce", "transactional", "consume", "latency"]
+    assert (args.latency_rate, args.latency_seconds, args.json) == (2000, 3.0, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "--only", "produce,bogus"], "unknown section 'bogus'"),
+        (["bench", "--only", ""], "unknown section ''"),
+        (["bench", "--only", "produce,"], "unknown section ''"),
+        (["bench", "--messages", "0"], ">= 1"),
+        (["bench", "--value-bytes", "-5"], ">= 1"),
+        (["bench", "--repeat", "0"], ">= 1"),
+        (["bench", "--latency-rate", "0"], ">= 1"),
+        (["bench", "--latency-seconds", "0"], "> 0"),
+        (["bench", "--latency-seconds", "-1"], "> 0"),
+        (["bench", "--latency-seconds", "nan"], "> 0"),
+        (["bench", "--latency-seconds", "soon"], "expected a number"),
+        # Checked before connecting, so no broker is needed: fewer than one latency record.
+        (["bench", "--latency-rate", "1", "--latency-seconds", "0.5"], "at least one message"),
+    ],
+)
+def test_bench_bad_arguments(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    err = usage_error(capsys, *argv)
+    assert message in err
+    assert err.startswith("usage: onceflow bench")

@@ -15,33 +15,40 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.common import (
+from onceflow.bench.workloads import (
     COMMIT_INTERVAL_S,
+    BenchError,
     Failures,
     create_topic,
     producer_config,
     send,
 )
 
+__all__ = ["MODES", "VALUE_BYTES", "latency_run", "percentile"]
+
 MODES = ("plain", "idempotent", "transactional")
 VALUE_BYTES = 100
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
+    """The nearest-rank `q` quantile of a non-empty sorted list."""
     index = min(len(sorted_values) - 1, max(0, round(q * len(sorted_values)) - 1))
     return sorted_values[index]
 
 
-def latency_run(bootstrap: str, mode: str, rate: int, seconds: float) -> dict[str, float]:
-    """Latency percentiles in milliseconds for one run of `mode`."""
-    topic = f"latency-{mode}-{uuid.uuid4().hex[:8]}"
+def latency_run(
+    bootstrap: str, mode: str, rate: int, seconds: float, prefix: str = ""
+) -> dict[str, float]:
+    """Latency percentiles in milliseconds for one run of `mode`, on a new topic whose name
+    (and transactional id) starts with `prefix`."""
+    topic = f"{prefix}latency-{mode}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
     count = int(rate * seconds)
     extra: dict[str, object] = {"linger.ms": 1, "enable.idempotence": mode != "plain"}
     if mode == "plain":
         extra["acks"] = "all"
     if mode == "transactional":
-        extra["transactional.id"] = f"latency-{uuid.uuid4().hex[:8]}"
+        extra["transactional.id"] = f"{prefix}latency-{uuid.uuid4().hex[:8]}"
     producer = Producer(producer_config(bootstrap, extra))
     if mode == "transactional":
         producer.init_transactions(60)
@@ -78,7 +85,7 @@ def latency_run(bootstrap: str, mode: str, rate: int, seconds: float) -> dict[st
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
-    ready.wait(30)
+    ready.wait(30)  # the consumer is polling before the first record is due
     padding = b"p" * (VALUE_BYTES - 8)
     report = Failures()
     interval = 1.0 / rate
@@ -105,7 +112,7 @@ def latency_run(bootstrap: str, mode: str, rate: int, seconds: float) -> dict[st
     consumer.close()
     report.check()
     if len(latencies) < count:
-        raise RuntimeError(f"latency ({mode}): consumed {len(latencies)} of {count}")
+        raise BenchError(f"latency ({mode}): consumed {len(latencies)} of {count}")
     ordered = sorted(latencies)
     return {
         f"latency_{mode}_p50_ms": percentile(ordered, 0.50) * 1000,

@@ -1,0 +1,44 @@
+"""Client workloads that measure a Kafka-protocol broker (Onceflow or Apache Kafka).
+
+`onceflow bench` runs them against a user's broker and the suite in `benchmarks/`
+(`make bench`) runs them against a broker process of its own, so both measure the same
+thing. This is client code: confluent-kafka and the standard library only, never the
+broker's internals (an import-linter contract in pyproject.toml keeps it so).
+"""
+
+from onceflow.bench.latency import MODES, latency_run, percentile
+from onceflow.bench.stats import median_of, medians
+from onceflow.bench.workloads import (
+    COMMIT_INTERVAL_S,
+    KIB,
+    BenchError,
+    Failures,
+    consume,
+    create_topic,
+    kafka_reason,
+    produce,
+    produce_transactional,
+    producer_config,
+    send,
+    transactional_producer,
+)
+
+__all__ = [
+    "COMMIT_INTERVAL_S",
+    "KIB",
+    "MODES",
+    "BenchError",
+    "Failures",
+    "consume",
+    "create_topic",
+    "kafka_reason",
+    "latency_run",
+    "median_of",
+    "medians",
+    "percentile",
+    "produce",
+    "produce_transactional",
+    "producer_config",
+    "send",
+    "transactional_producer",
+]
