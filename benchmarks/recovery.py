@@ -3,9 +3,11 @@ Metadata request, with one large partition, with and without a producer-state sn
 
 The partition is built by an idempotent confluent producer (1 KiB values in batches of up to
 16 KiB, so there are many batches to replay), so the log carries producer state. Segments
-are a quarter of the partition's size, so rolls write producer-state snapshots
-(`<offset>.snapshot`). Each repetition: kill -9, start (timed: "with snapshot"), kill -9,
-delete every `.snapshot` file, start (timed: "without").
+have a fixed size whatever the partition's size, so rolls write producer-state snapshots
+(`<offset>.snapshot`) and move the recovery point: with a snapshot, recovery scans only the
+active segment, and its time should not grow with the log. Each repetition: kill -9, start
+(timed: "with snapshot"), kill -9, delete every `.snapshot` file, start (timed: "without":
+producer state is replayed from every batch header of the log).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from onceflow.bench import KIB, create_topic, produce
 TOPIC = "recovery"
 
 
-def build(size_bytes: int) -> OnceflowBroker:
-    segment = max(1 << 20, size_bytes // 4)
-    broker = OnceflowBroker({"log.segment.bytes": str(segment)})
+def build(size_bytes: int, segment_bytes: int) -> OnceflowBroker:
+    broker = OnceflowBroker({"log.segment.bytes": str(segment_bytes)})
     create_topic(broker.bootstrap, TOPIC)
     produce(
         broker.bootstrap,
@@ -42,9 +43,11 @@ def delete_snapshots(data_dir: str) -> int:
     return removed
 
 
-def recovery_runs(size_bytes: int, repeat: int) -> tuple[list[float], list[float]]:
+def recovery_runs(
+    size_bytes: int, segment_bytes: int, repeat: int
+) -> tuple[list[float], list[float]]:
     """Seconds to serve after kill -9: (with snapshot, without snapshot) per repetition."""
-    broker = build(size_bytes)
+    broker = build(size_bytes, segment_bytes)
     with_snapshot: list[float] = []
     without: list[float] = []
     try:

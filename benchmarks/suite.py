@@ -2,7 +2,7 @@
 
 References:
 - librdkafka's in-memory mock cluster, started in this process through confluent-kafka;
-- the data disk's durable sequential write bandwidth (large writes, one fsync).
+- the data disk's durable sequential write bandwidth (burst and sustained: benchmarks/disk.py).
 
 Every figure is the median of `--repeat` runs (default 3). The table goes to stdout and the
 figures to benchmarks/results/latest.json (smoke: smoke.json). Sizes: benchmarks/README.md.
@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import recovery, scaling
+from benchmarks import disk, recovery, scaling
 from benchmarks.common import OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
     consume,
     latency,
-    median_of,
     medians,
     produce,
     produce_transactional,
@@ -34,24 +33,31 @@ from onceflow.bench import (
 )
 
 RESULTS = Path(__file__).parent / "results"
+SECTIONS = ("throughput", "latency", "scaling", "recovery", "spark", "disk")
+WRITE_HEAVY = {"throughput", "scaling", "recovery"}
 
 
 @dataclass
 class Plan:
     """The sizes of one run of the suite."""
 
-    messages: int = 200_000  # produce, transactional produce and consume
+    # Produce, transactional produce and consume. Small enough that one interleaved group
+    # (3 x (idempotent + transactional) x messages KiB) fits the disk's burst allowance.
+    messages: int = 100_000
     repeat: int = 3
+    settle_seconds: float = 30.0  # the disk's rest before each section that writes a lot
     disk_mb: int = 512
+    disk_sustained_mb: int = 1536
     latency_rate: int = 2000  # msg/s offered
     latency_seconds: float = 3.0
-    partition_messages: int = 100_000  # per partition count
+    partition_messages: int = 60_000  # per partition count
     producer_messages: int = 60_000  # in all, shared by the concurrent producers
     transactions_per_size: dict[int, int] = field(
         default_factory=lambda: {1: 200, 100: 100, 10_000: 3}
     )
     memory_partitions: int = 500
-    recovery_mb: int = 256
+    recovery_mb: int = 1024  # the large partition; the small one is a quarter of it
+    recovery_segment_mb: int = 64
     spark_records: int = 200_000
     spark: bool = True
 
@@ -60,80 +66,69 @@ class Plan:
         return cls(
             messages=2_000,
             repeat=1,
+            settle_seconds=0,
             disk_mb=64,
+            disk_sustained_mb=64,
             latency_rate=500,
             latency_seconds=0.5,
             partition_messages=2_000,
             producer_messages=1_600,
             transactions_per_size={1: 20, 100: 5, 10_000: 1},
             memory_partitions=20,
-            recovery_mb=4,
+            recovery_mb=8,
+            recovery_segment_mb=1,
             spark_records=10_000,
             spark=False,
         )
 
 
-def disk_bandwidth(directory: str, total_bytes: int) -> float:
-    """Durable sequential write bandwidth in MB/s: large writes, then one fsync."""
-    path = os.path.join(directory, "bandwidth.tmp")
-    block = b"\0" * (1 << 20)
-    start = time.perf_counter()
-    with open(path, "wb") as f:
-        written = 0
-        while written < total_bytes:
-            f.write(block)
-            written += len(block)
-        f.flush()
-        os.fsync(f.fileno())
-    elapsed = time.perf_counter() - start
-    os.remove(path)
-    return total_bytes / elapsed / 1e6
-
-
 def throughput(plan: Plan, broker: OnceflowBroker, mock: str, out: dict[str, float]) -> None:
-    """Figures 1-3: idempotent and transactional produce, consume, disk bandwidth."""
+    """Figures 1-3: idempotent and transactional produce, consume.
+
+    Runs that are compared are interleaved (Onceflow, mock, transactional, then again), so
+    drift and the disk's state touch each of them alike.
+    """
     n = plan.messages
+    b = broker.bootstrap
     for value_bytes in (KIB, 100):
         mb = n * value_bytes / 1e6
-        for name, bootstrap in (("onceflow", broker.bootstrap), ("mock", mock)):
-
-            def run(i: int, b: str = bootstrap, v: int = value_bytes, k: str = name) -> float:
-                return produce(b, f"produce-{k}-{v}-{i}", n, v)
-
-            seconds = median_of(plan.repeat, run)
+        runs: dict[str, list[float]] = {"onceflow": [], "mock": [], "txn": []}
+        for i in range(plan.repeat):
+            runs["onceflow"].append(
+                produce(b, f"produce-onceflow-{value_bytes}-{i}", n, value_bytes)
+            )
+            runs["mock"].append(produce(mock, f"produce-mock-{value_bytes}-{i}", n, value_bytes))
+            if value_bytes == KIB:
+                producer = transactional_producer(b, f"bench-txn-{uuid.uuid4().hex[:8]}")
+                runs["txn"].append(
+                    produce_transactional(producer, f"txn-1024-{i}", n, KIB, partition=0)
+                )
+        for name in ("onceflow", "mock"):
+            seconds = statistics.median(runs[name])
             out[f"produce_{value_bytes}B_{name}_MBps"] = mb / seconds
             out[f"produce_{value_bytes}B_{name}_msgps"] = n / seconds
         out[f"produce_{value_bytes}B_ratio_to_mock"] = (
             out[f"produce_{value_bytes}B_onceflow_MBps"] / out[f"produce_{value_bytes}B_mock_MBps"]
         )
-
-    def txn(i: int) -> float:
-        producer = transactional_producer(broker.bootstrap, f"bench-txn-{uuid.uuid4().hex[:8]}")
-        return produce_transactional(producer, f"txn-1024-{i}", n, KIB, partition=0)
-
-    seconds = median_of(plan.repeat, txn)
-    out["produce_txn_100ms_1024B_MBps"] = n * KIB / 1e6 / seconds
-    out["produce_txn_100ms_ratio_to_idempotent"] = (
-        out["produce_txn_100ms_1024B_MBps"] / out["produce_1024B_onceflow_MBps"]
-    )
+        if value_bytes == KIB:
+            out["produce_txn_100ms_1024B_MBps"] = mb / statistics.median(runs["txn"])
+            out["produce_txn_100ms_ratio_to_idempotent"] = (
+                out["produce_txn_100ms_1024B_MBps"] / out["produce_1024B_onceflow_MBps"]
+            )
     # The transactional topic holds commit markers between the batches, so read_committed
     # works through transactional data (and both isolation levels read the same log).
-    for isolation in ("read_uncommitted", "read_committed"):
-
-        def read(_i: int, level: str = isolation) -> float:
-            return consume(broker.bootstrap, "txn-1024-0", n, level)
-
-        out[f"consume_{isolation}_MBps"] = n * KIB / 1e6 / median_of(plan.repeat, read)
+    reads: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
+    for _ in range(plan.repeat):
+        for isolation, seconds in reads.items():
+            seconds.append(consume(b, "txn-1024-0", n, isolation))
+    for isolation, seconds in reads.items():
+        out[f"consume_{isolation}_MBps"] = n * KIB / 1e6 / statistics.median(seconds)
     out["consume_committed_ratio_to_uncommitted"] = (
         out["consume_read_committed_MBps"] / out["consume_read_uncommitted_MBps"]
     )
     out["consume_committed_ratio_to_produce"] = (
         out["consume_read_committed_MBps"] / out["produce_1024B_onceflow_MBps"]
     )
-    disk_bytes = plan.disk_mb << 20
-    disk = median_of(plan.repeat, lambda _i: disk_bandwidth(broker.dir, disk_bytes))
-    out["disk_durable_write_MBps"] = disk
-    out["produce_1024B_fraction_of_disk"] = out["produce_1024B_onceflow_MBps"] / disk
 
 
 def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
@@ -147,16 +142,19 @@ def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None
 
 
 def scale(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
-    """Figure 5."""
+    """Figure 5. Partition counts are interleaved per repetition, like the throughput runs."""
     b = broker.bootstrap
-    for p in scaling.PARTITION_COUNTS:
-        out[f"scale_partitions_{p}_MBps"] = statistics.median(
-            scaling.partitions_run(b, p, plan.partition_messages) for _ in range(plan.repeat)
-        )
+    by_count: dict[int, list[float]] = {p: [] for p in scaling.PARTITION_COUNTS}
+    for _ in range(plan.repeat):
+        for p, mbps in by_count.items():
+            mbps.append(scaling.partitions_run(b, p, plan.partition_messages))
+    for p, mbps in by_count.items():
+        out[f"scale_partitions_{p}_MBps"] = statistics.median(mbps)
     top, one = scaling.PARTITION_COUNTS[-1], scaling.PARTITION_COUNTS[0]
     out[f"scale_partitions_{top}_ratio_to_{one}"] = (
         out[f"scale_partitions_{top}_MBps"] / out[f"scale_partitions_{one}_MBps"]
     )
+    disk.settle(plan.settle_seconds)
     for producers in scaling.PRODUCER_COUNTS:
         out[f"scale_txn_producers_{producers}_recps"] = statistics.median(
             scaling.producers_run(b, producers, plan.producer_messages) for _ in range(plan.repeat)
@@ -171,10 +169,34 @@ def scale(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
 
 
 def recover(plan: Plan, out: dict[str, float]) -> None:
-    """Figure 6."""
-    with_snapshot, without = recovery.recovery_runs(plan.recovery_mb << 20, plan.repeat)
-    out[f"recovery_{plan.recovery_mb}MB_with_snapshot_s"] = statistics.median(with_snapshot)
-    out[f"recovery_{plan.recovery_mb}MB_without_snapshot_s"] = statistics.median(without)
+    """Figure 6, for a partition of recovery_mb and one a quarter of that size, with the
+    same segment size: with a snapshot, recovery should not grow with the log."""
+    large, small = plan.recovery_mb, max(1, plan.recovery_mb // 4)
+    segment = plan.recovery_segment_mb << 20
+    for mb in (small, large):
+        with_snapshot, without = recovery.recovery_runs(mb << 20, segment, plan.repeat)
+        out[f"recovery_{mb}MB_with_snapshot_s"] = statistics.median(with_snapshot)
+        out[f"recovery_{mb}MB_without_snapshot_s"] = statistics.median(without)
+        disk.settle(plan.settle_seconds)
+    for kind in ("with", "without"):
+        out[f"recovery_{kind}_snapshot_growth_{large}MB_to_{small}MB"] = (
+            out[f"recovery_{large}MB_{kind}_snapshot_s"]
+            / out[f"recovery_{small}MB_{kind}_snapshot_s"]
+        )
+
+
+def disk_reference(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
+    """The disk's durable write bandwidth, burst and sustained; last, as it drains the disk."""
+    directory = broker.dir
+    burst = [disk.burst_bandwidth(directory, plan.disk_mb << 20) for _ in range(plan.repeat)]
+    out["disk_durable_write_MBps"] = statistics.median(burst)
+    out["disk_sustained_write_MBps"] = disk.sustained_bandwidth(
+        directory, plan.disk_sustained_mb << 20
+    )
+    if "produce_1024B_onceflow_MBps" in out:
+        out["produce_1024B_fraction_of_disk"] = (
+            out["produce_1024B_onceflow_MBps"] / out["disk_durable_write_MBps"]
+        )
 
 
 def spark(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
@@ -192,15 +214,20 @@ def spark(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the suite runs")
-    parser.add_argument("--messages", type=int, help="produce/consume messages (200000)")
+    parser.add_argument("--messages", type=int, help="produce/consume messages (100000)")
     parser.add_argument("--repeat", type=int, help="repetitions; figures are medians (3)")
-    parser.add_argument("--recovery-mb", type=int, help="size of the recovered partition (256)")
+    parser.add_argument(
+        "--recovery-mb", type=int, help="size of the larger recovered partition (1024)"
+    )
+    parser.add_argument(
+        "--settle", type=float, help="seconds the disk rests before write-heavy sections (30)"
+    )
     spark_flag = parser.add_mutually_exclusive_group()
     spark_flag.add_argument("--spark", action="store_true", help="run figure 7 (even in smoke)")
     spark_flag.add_argument("--no-spark", action="store_true", help="skip figure 7")
     parser.add_argument(
         "--only",
-        help="comma-separated sections to run: throughput,latency,scaling,recovery,spark",
+        help="comma-separated sections to run: throughput,latency,scaling,recovery,spark,disk",
     )
     args = parser.parse_args(argv)
     plan = Plan.smoke() if args.smoke else Plan()
@@ -210,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         plan.repeat = args.repeat
     if args.recovery_mb:
         plan.recovery_mb = args.recovery_mb
+    if args.settle is not None:
+        plan.settle_seconds = args.settle
     if args.spark:
         plan.spark = True
     if args.no_spark:
         plan.spark = False
-    sections = set((args.only or "throughput,latency,scaling,recovery,spark").split(","))
+    sections = set((args.only or ",".join(SECTIONS)).split(","))
     if not plan.spark:
         sections.discard("spark")
 
@@ -222,18 +251,21 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {}
     broker = OnceflowBroker()
     _admin, mock = mock_cluster()  # the mock lives as long as its client
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("throughput", lambda: throughput(plan, broker, mock, figures)),
-        ("latency", lambda: latencies(plan, broker, figures)),
-        ("scaling", lambda: scale(plan, broker, figures)),
-        ("recovery", lambda: recover(plan, figures)),
-        ("spark", lambda: spark(plan, broker, figures)),
-    ]
+    steps: dict[str, Callable[[], None]] = {
+        "throughput": lambda: throughput(plan, broker, mock, figures),
+        "latency": lambda: latencies(plan, broker, figures),
+        "scaling": lambda: scale(plan, broker, figures),
+        "recovery": lambda: recover(plan, figures),
+        "spark": lambda: spark(plan, broker, figures),
+        "disk": lambda: disk_reference(plan, broker, figures),
+    }
     try:
-        for name, step in steps:
+        for name in SECTIONS:
             if name in sections:
+                if name in WRITE_HEAVY and seconds:
+                    disk.settle(plan.settle_seconds)
                 start = time.perf_counter()
-                step()
+                steps[name]()
                 seconds[name] = time.perf_counter() - start
     finally:
         broker.close()

@@ -18,14 +18,17 @@ FIGURES = (
     "consume_read_committed_MBps",
     "consume_read_uncommitted_MBps",
     "disk_durable_write_MBps",
+    "disk_sustained_write_MBps",
+    "produce_1024B_fraction_of_disk",
     "latency_plain_p50_ms",
     "latency_idempotent_p99_ms",
     "latency_transactional_p99.9_ms",
     "scale_partitions_100_MBps",
     "scale_txn_producers_16_recps",
     "scale_txn_size_10000_recps",
-    "recovery_4MB_with_snapshot_s",
-    "recovery_4MB_without_snapshot_s",
+    "recovery_2MB_with_snapshot_s",
+    "recovery_8MB_without_snapshot_s",
+    "recovery_with_snapshot_growth_8MB_to_2MB",
 )
 
 
