@@ -7,13 +7,15 @@ have a fixed size whatever the partition's size, so rolls write producer-state s
 (`<offset>.snapshot`) and move the recovery point: with a snapshot, recovery scans only the
 active segment, and its time should not grow with the log. Each repetition: kill -9, start
 (timed: "with snapshot"), kill -9, delete every `.snapshot` file, start (timed: "without":
-producer state is replayed from every batch header of the log).
+producer state is replayed from every batch header of the log). Every "with" run comes
+before the first "without" run, which deletes the snapshots.
 """
 
 from __future__ import annotations
 
 import os
 
+from benchmarks import disk
 from benchmarks.common import OnceflowBroker
 from onceflow.bench import KIB, create_topic, produce
 
@@ -44,19 +46,27 @@ def delete_snapshots(data_dir: str) -> int:
 
 
 def recovery_runs(
-    size_bytes: int, segment_bytes: int, repeat: int
+    size_bytes: int, segment_bytes: int, repeat: int, rest_s: float = 0.0
 ) -> tuple[list[float], list[float]]:
-    """Seconds to serve after kill -9: (with snapshot, without snapshot) per repetition."""
+    """Seconds to serve after kill -9: (with snapshot, without snapshot) per repetition.
+
+    Every run with snapshots comes first: deleting them for a run without would leave the
+    later "with" runs without any (nothing writes a snapshot between two kill -9s). The
+    disk rests `rest_s` after the build, so the timed starts do not pay for its writes.
+    """
     broker = build(size_bytes, segment_bytes)
     with_snapshot: list[float] = []
     without: list[float] = []
     try:
+        broker.kill9()
+        disk.settle(rest_s)
         for _ in range(repeat):
-            broker.kill9()
             with_snapshot.append(broker.start())
             broker.kill9()
+        for _ in range(repeat):
             delete_snapshots(broker.data_dir)
             without.append(broker.start())
+            broker.kill9()
     finally:
         broker.close()
     return with_snapshot, without

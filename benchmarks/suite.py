@@ -174,10 +174,11 @@ def recover(plan: Plan, out: dict[str, float]) -> None:
     large, small = plan.recovery_mb, max(1, plan.recovery_mb // 4)
     segment = plan.recovery_segment_mb << 20
     for mb in (small, large):
-        with_snapshot, without = recovery.recovery_runs(mb << 20, segment, plan.repeat)
+        with_snapshot, without = recovery.recovery_runs(
+            mb << 20, segment, plan.repeat, plan.settle_seconds
+        )
         out[f"recovery_{mb}MB_with_snapshot_s"] = statistics.median(with_snapshot)
         out[f"recovery_{mb}MB_without_snapshot_s"] = statistics.median(without)
-        disk.settle(plan.settle_seconds)
     for kind in ("with", "without"):
         out[f"recovery_{kind}_snapshot_growth_{large}MB_to_{small}MB"] = (
             out[f"recovery_{large}MB_{kind}_snapshot_s"]

@@ -166,6 +166,34 @@ def test_end_txn_while_markers_are_written_is_concurrent() -> None:
     run(go())
 
 
+def test_the_next_transaction_waits_for_the_markers_instead_of_failing() -> None:
+    """Kafka answers CONCURRENT_TRANSACTIONS, and librdkafka then backs off 20 ms, a fifth
+    of a 100 ms transaction; the coordinator waits for the markers (a few ms) instead."""
+
+    async def go() -> None:
+        coord, log, markers, _ = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coord.add_partitions("t", pid, epoch, [("a", 0)])
+        markers.block = asyncio.Event()
+        assert await coord.end_txn("t", pid, epoch, commit=True) is ErrorCode.none
+        # Sent at once, before the markers task has even started.
+        adding = asyncio.ensure_future(coord.add_partitions("t", pid, epoch, [("b", 0)]))
+        await settle()
+        assert not adding.done(), "held while the markers are written"
+        markers.block.set()
+        assert await asyncio.wait_for(adding, 5) is ErrorCode.none
+        assert coord.txns["t"].state is TxnState.ONGOING
+        assert coord.txns["t"].partitions == frozenset({("b", 0)})
+        assert log.states("t")[-3:] == [
+            TxnState.PREPARE_COMMIT,
+            TxnState.COMPLETE_COMMIT,
+            TxnState.ONGOING,
+        ]
+
+    run(go())
+
+
 def test_a_second_instance_fences_the_first_and_aborts_its_transaction() -> None:
     async def go() -> None:
         coord, _, markers, _ = make()

@@ -15,6 +15,7 @@ every partition, where the older epoch is rejected from then on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 
 # How long to wait before retrying markers or a log append that failed.
 RETRY_BACKOFF_S = 0.2
+# How long AddPartitionsToTxn waits for the previous transaction's markers before answering
+# CONCURRENT_TRANSACTIONS (Kafka answers at once). The markers take a few ms; the client's
+# fixed backoff after that error is 20 ms in librdkafka, a fifth of a 100 ms transaction.
+END_WAIT_S = 0.5
 
 
 class TxnLog(Protocol):
@@ -106,6 +111,9 @@ class TransactionCoordinator:
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TransactionMetadata] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        # Transactions between PrepareCommit/Abort and Complete: done once their markers
+        # and Complete record are written.
+        self._ending: dict[str, asyncio.Future[None]] = {}
         self._closed = False
 
     def partition_for(self, transactional_id: str) -> int:
@@ -132,7 +140,7 @@ class TransactionCoordinator:
                 log.info(
                     "finishing %s of %s after restart", meta.state.display, meta.transactional_id
                 )
-                self._spawn(self._finish(meta, meta.state == TxnState.PREPARE_COMMIT))
+                self._start_finish(meta, meta.state == TxnState.PREPARE_COMMIT)
 
     # ---- the APIs --------------------------------------------------------------------
 
@@ -211,6 +219,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
     ) -> ErrorCode:
+        await self._wait_for_end(transactional_id)
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -246,7 +255,7 @@ class TransactionCoordinator:
             return await self._transition_then(
                 meta,
                 target,
-                lambda: self._spawn(self._finish(meta, commit)),
+                lambda: self._start_finish(meta, commit),
                 {"update_ms": self._clock.now_ms()},
             )
         retry_of_same = {
@@ -352,13 +361,37 @@ class TransactionCoordinator:
         return await self._transition_then(
             meta,
             TxnState.PREPARE_ABORT,
-            lambda: self._spawn(self._finish(meta, commit=False)),
+            lambda: self._start_finish(meta, commit=False),
             {
                 "producer_epoch": meta.producer_epoch + 1,
                 "last_producer_epoch": NO_PRODUCER_EPOCH,
                 "update_ms": self._clock.now_ms(),
             },
         )
+
+    async def _wait_for_end(self, transactional_id: str) -> None:
+        """Give the previous transaction's end up to END_WAIT_S to complete, so the next
+        one can start without a CONCURRENT_TRANSACTIONS round trip and backoff."""
+        ending = self._ending.get(transactional_id)
+        if ending is not None and not ending.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(ending), END_WAIT_S)
+
+    def _start_finish(self, meta: TransactionMetadata, commit: bool) -> None:
+        """Registered at once (not when the task first runs), so a request that arrives
+        before the task starts still finds the transaction ending."""
+        ending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ending[meta.transactional_id] = ending
+
+        async def finish() -> None:
+            try:
+                await self._finish(meta, commit)
+            finally:
+                if self._ending.get(meta.transactional_id) is ending:
+                    del self._ending[meta.transactional_id]
+                ending.set_result(None)
+
+        self._spawn(finish())
 
     async def _finish(self, meta: TransactionMetadata, commit: bool) -> None:
         """Write every marker, then log the Complete state; retry until both succeed."""

@@ -10,7 +10,7 @@ import struct
 from array import array
 from bisect import bisect_right
 
-from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.fs import FileHandle, FileSystem, write_if_changed
 
 ENTRY = struct.Struct(">ii")
 
@@ -23,6 +23,7 @@ class OffsetIndex:
         self.offsets = array("q")
         self.positions = array("q")
         self._file: FileHandle | None = None
+        self._rebuilding = False  # entries kept in memory only until `rewrite`
 
     def _handle(self) -> FileHandle:
         if self._file is None:
@@ -56,7 +57,14 @@ class OffsetIndex:
             return
         self.offsets.append(offset)
         self.positions.append(position)
-        self._handle().append(ENTRY.pack(offset - self.base_offset, position))
+        if not self._rebuilding:
+            self._handle().append(ENTRY.pack(offset - self.base_offset, position))
+
+    def start_rebuild(self) -> None:
+        """Forget every entry; appends stay in memory until `rewrite` stores them."""
+        self.close()
+        self.offsets, self.positions = array("q"), array("q")
+        self._rebuilding = True
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry at or below `offset`, or the segment start."""
@@ -68,10 +76,14 @@ class OffsetIndex:
     def rewrite(self, entries: list[tuple[int, int]]) -> None:
         """Replace the whole index (after a rebuild or a truncation)."""
         self.close()
+        self._rebuilding = False
         self.offsets = array("q", (o for o, _ in entries))
         self.positions = array("q", (p for _, p in entries))
         data = b"".join(ENTRY.pack(o - self.base_offset, p) for o, p in entries)
-        self._fs.write_file_atomic(self.path, data)
+        write_if_changed(self._fs, self.path, data)
+
+    def finish_rebuild(self) -> None:
+        self.rewrite(list(zip(self.offsets, self.positions, strict=True)))
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries at or past `position`."""

@@ -10,7 +10,7 @@ import struct
 from array import array
 from bisect import bisect_left
 
-from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.fs import FileHandle, FileSystem, write_if_changed
 
 ENTRY = struct.Struct(">qi")
 
@@ -23,6 +23,7 @@ class TimeIndex:
         self.timestamps = array("q")
         self.offsets = array("q")
         self._file: FileHandle | None = None
+        self._rebuilding = False  # entries kept in memory only until `rewrite`
 
     def _handle(self) -> FileHandle:
         if self._file is None:
@@ -54,7 +55,14 @@ class TimeIndex:
             return
         self.timestamps.append(timestamp)
         self.offsets.append(offset)
-        self._handle().append(ENTRY.pack(timestamp, offset - self.base_offset))
+        if not self._rebuilding:
+            self._handle().append(ENTRY.pack(timestamp, offset - self.base_offset))
+
+    def start_rebuild(self) -> None:
+        """Forget every entry; appends stay in memory until `rewrite` stores them."""
+        self.close()
+        self.timestamps, self.offsets = array("q"), array("q")
+        self._rebuilding = True
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which to scan for the first record at or after `timestamp`."""
@@ -69,10 +77,14 @@ class TimeIndex:
 
     def rewrite(self, entries: list[tuple[int, int]]) -> None:
         self.close()
+        self._rebuilding = False
         self.timestamps = array("q", (t for t, _ in entries))
         self.offsets = array("q", (o for _, o in entries))
         data = b"".join(ENTRY.pack(t, o - self.base_offset) for t, o in entries)
-        self._fs.write_file_atomic(self.path, data)
+        write_if_changed(self._fs, self.path, data)
+
+    def finish_rebuild(self) -> None:
+        self.rewrite(list(zip(self.timestamps, self.offsets, strict=True)))
 
     def fsync(self) -> None:
         if self._file is not None:
