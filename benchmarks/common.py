@@ -42,6 +42,10 @@ def metadata_answered(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+# `--broker-src DIR`: run the broker from another checkout's src/ (before/after figures).
+BROKER_SRC_ENV = "ONCEFLOW_BENCH_BROKER_SRC"
+
+
 class OnceflowBroker:
     """A broker subprocess on a free port, by default with a fresh temporary data dir."""
 
@@ -68,9 +72,12 @@ class OnceflowBroker:
         ]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
+        env = dict(os.environ)
+        if os.environ.get(BROKER_SRC_ENV):
+            env["PYTHONPATH"] = os.path.join(os.environ[BROKER_SRC_ENV], "src")
         with open(self.log_path, "ab") as log:
             started = time.perf_counter()
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = started + deadline_s
         while time.perf_counter() < deadline:
             if metadata_answered(self.port):
