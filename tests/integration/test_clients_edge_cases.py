@@ -144,6 +144,26 @@ def test_record_larger_than_max_message_bytes_is_rejected(shared_broker: BrokerP
     assert (lo, hi) == (0, 1)
 
 
+def test_a_request_larger_than_the_in_place_limit_round_trips(
+    shared_broker: BrokerProcess,
+) -> None:
+    """A produce request over 2 MiB is gathered piece by piece by the frame decoder instead
+    of received in place; its records must come back byte for byte."""
+    bs = shared_broker.bootstrap
+    topic = create_topic(bs, partitions=1, config={"max.message.bytes": str(8 << 20)})
+    value = bytes(range(256)) * (12 << 10)  # 3 MiB, not compressible to less
+    p = producer(bs, acks="all", **{"linger.ms": 0, "message.max.bytes": 8 << 20})
+    d = produce_and_confirm(p, topic, [(0, None, value, None)])
+    assert not d.errors and len(d.ok) == 1
+    c = consumer(bs, **{"fetch.max.bytes": 16 << 20, "max.partition.fetch.bytes": 16 << 20})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got = consume_until(c, lambda g: len(g) >= 1)
+    finally:
+        c.close()
+    assert [m.value() for m in got] == [value]
+
+
 @pytest.mark.parametrize(
     ("name", "partitions", "config", "expected"),
     [

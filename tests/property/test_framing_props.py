@@ -12,6 +12,7 @@ from onceflow.errors import ProtocolError
 from onceflow.protocol.framing import FrameDecoder, FrameTooLarge
 
 SCRATCH = 64  # small, so that frames of every kind cross it: inside, partial, larger
+IN_PLACE = 300  # frames above it are gathered piece by piece instead of received in place
 
 
 def wire(payloads: list[bytes]) -> bytes:
@@ -36,14 +37,18 @@ def receive(decoder: FrameDecoder, data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 payloads = st.lists(
-    st.one_of(st.binary(max_size=SCRATCH - 4), st.binary(min_size=SCRATCH, max_size=600)),
+    st.one_of(
+        st.binary(max_size=SCRATCH - 4),
+        st.binary(min_size=SCRATCH, max_size=IN_PLACE),
+        st.binary(min_size=IN_PLACE + 1, max_size=900),
+    ),
     max_size=12,
 )
 
 
 @given(payloads, st.lists(st.integers(1, 700), max_size=8))
 def test_every_frame_comes_out_whole_and_in_order(frames: list[bytes], cuts: list[int]) -> None:
-    decoder = FrameDecoder(10_000, scratch_bytes=SCRATCH)
+    decoder = FrameDecoder(10_000, scratch_bytes=SCRATCH, in_place_max_bytes=IN_PLACE)
     assert receive(decoder, wire(frames), cuts) == frames
     assert decoder.buffered == 0
 
@@ -51,7 +56,7 @@ def test_every_frame_comes_out_whole_and_in_order(frames: list[bytes], cuts: lis
 @given(payloads, st.lists(st.integers(1, 700), max_size=8))
 def test_feed_agrees_with_buffered_receiving(frames: list[bytes], cuts: list[int]) -> None:
     data = wire(frames)
-    decoder = FrameDecoder(10_000, scratch_bytes=SCRATCH)
+    decoder = FrameDecoder(10_000, scratch_bytes=SCRATCH, in_place_max_bytes=IN_PLACE)
     out: list[bytes] = []
     pos = 0
     for cut in [*cuts, len(data)]:
@@ -61,7 +66,7 @@ def test_feed_agrees_with_buffered_receiving(frames: list[bytes], cuts: list[int
 
 
 def test_a_large_frame_is_received_in_place_and_returned_read_only() -> None:
-    decoder = FrameDecoder(1 << 20, scratch_bytes=SCRATCH)
+    decoder = FrameDecoder(1 << 20, scratch_bytes=SCRATCH, in_place_max_bytes=1 << 20)
     body = bytes(range(256)) * 40
     data = wire([body, b"small"])
     first = decoder.buffer()
@@ -74,6 +79,26 @@ def test_a_large_frame_is_received_in_place_and_returned_read_only() -> None:
     assert len(frames) == 1 and isinstance(frames[0], memoryview) and frames[0].readonly
     assert bytes(frames[0]) == body
     assert decoder.feed(data[4 + len(body) :]) == [b"small"]
+
+
+def test_a_size_prefix_alone_sets_aside_no_more_than_a_scratch_buffer() -> None:
+    """A client announcing a frame of the maximum size and sending nothing more must not
+    make the broker set that much memory aside."""
+    decoder = FrameDecoder(100 << 20, scratch_bytes=SCRATCH, in_place_max_bytes=IN_PLACE)
+    assert decoder.feed(struct.pack(">i", 100 << 20) + b"x" * 10) == []
+    assert len(decoder.buffer()) <= SCRATCH
+    assert decoder.buffered == 10
+
+
+def test_a_recycled_buffer_receives_the_next_large_frame() -> None:
+    decoder = FrameDecoder(1 << 20, scratch_bytes=SCRATCH, in_place_max_bytes=1 << 20)
+    first = decoder.feed(wire([b"a" * 200]))[0]
+    assert isinstance(first, memoryview)
+    buffer = first.obj
+    decoder.recycle(first)
+    second = decoder.feed(wire([b"b" * 180]))[0]
+    assert isinstance(second, memoryview) and second.obj is buffer
+    assert bytes(second) == b"b" * 180
 
 
 @pytest.mark.parametrize(

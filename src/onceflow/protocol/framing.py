@@ -7,7 +7,8 @@ a reusable scratch buffer and copied out once; a frame too large for it (a produ
 of a megabyte) gets a buffer of its own, and the socket receives straight into it, so its
 bytes are never copied on the way in. The caller hands a large frame back (`recycle`) once
 decoded, and the next large frame reuses its buffer: a fresh megabyte per request costs
-more in page faults than the copies it saves.
+more in page faults than the copies it saves. A frame over `in_place_max_bytes` is gathered
+piece by piece as it arrives instead, so memory follows the bytes actually received.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from onceflow.errors import ProtocolError
 
 _SIZE = struct.Struct(">i")
 SCRATCH_BYTES = 64 * 1024
-# A recycled buffer is kept only up to this size (one per connection), so an idle
-# connection holds at most this much; larger frames get a buffer of their own each time.
-RECYCLE_MAX_BYTES = 2 << 20
+# Frames up to this size are received in place, into a buffer made (or recycled) when the
+# size prefix arrives; one is kept per connection for the next. A larger frame (rare: clients
+# cap requests at about 1 MB) is gathered as it arrives, so a size prefix alone can never
+# make the broker set aside up to socket.request.max.bytes for a connection.
+IN_PLACE_MAX_BYTES = 2 << 20
 
 # A complete frame: bytes (small frames) or a read-only view of the frame's own buffer.
 Frame = bytes | memoryview
@@ -33,19 +36,29 @@ class FrameTooLarge(ProtocolError):
 class FrameDecoder:
     """Accumulates received bytes and yields complete frames in order."""
 
-    def __init__(self, max_frame_bytes: int, scratch_bytes: int = SCRATCH_BYTES) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int,
+        scratch_bytes: int = SCRATCH_BYTES,
+        in_place_max_bytes: int = IN_PLACE_MAX_BYTES,
+    ) -> None:
         self._max = max_frame_bytes
+        self._in_place_max = in_place_max_bytes
         self._scratch = bytearray(scratch_bytes)
         self._start = 0  # first unparsed byte in the scratch buffer
         self._end = 0  # end of the received bytes in the scratch buffer
         self._large: memoryview | None = None  # a large frame's own buffer, being filled
         self._filled = 0
         self._spare: bytearray | None = None  # a recycled buffer for the next large frame
+        self._pieces: list[bytes] | None = None  # a frame over in_place_max, as it arrives
+        self._missing = 0  # bytes of that frame still to come
 
     def buffer(self) -> memoryview:
         """Where the next received bytes go; never empty."""
         if self._large is not None:
             return self._large[self._filled :]
+        if self._pieces is not None:
+            return memoryview(self._scratch)[: min(len(self._scratch), self._missing)]
         return memoryview(self._scratch)[self._end :]
 
     def received(self, count: int) -> list[Frame]:
@@ -57,6 +70,14 @@ class FrameDecoder:
             done = self._large.toreadonly()
             self._large = None
             return [done]
+        if self._pieces is not None:
+            self._pieces.append(bytes(self._scratch[:count]))
+            self._missing -= count
+            if self._missing:
+                return []
+            whole = b"".join(self._pieces)
+            self._pieces = None
+            return [whole]
         self._end += count
         return self._parse()
 
@@ -78,7 +99,7 @@ class FrameDecoder:
         if isinstance(frame, memoryview) and isinstance(frame.obj, bytearray):
             buf = frame.obj
             frame.release()
-            if len(buf) <= RECYCLE_MAX_BYTES and (
+            if len(buf) <= 2 * self._in_place_max and (
                 self._spare is None or len(buf) > len(self._spare)
             ):
                 self._spare = buf
@@ -88,14 +109,14 @@ class FrameDecoder:
         if spare is not None and len(spare) >= size:
             self._spare = None
             return memoryview(spare)[:size]
-        if size <= RECYCLE_MAX_BYTES:
-            # Rounded up, so the next frame of about the same size fits in it again.
-            return memoryview(bytearray(1 << (size - 1).bit_length()))[:size]
-        return memoryview(bytearray(size))
+        # Rounded up, so the next frame of about the same size fits in it again.
+        return memoryview(bytearray(1 << (size - 1).bit_length()))[:size]
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet handed out as frames."""
+        if self._pieces is not None:
+            return sum(len(piece) for piece in self._pieces)
         return self._end - self._start + (self._filled if self._large is not None else 0)
 
     def _parse(self) -> list[Frame]:
@@ -115,10 +136,14 @@ class FrameDecoder:
                 frames.append(bytes(buf[body : body + size]))
                 self._start = body + size
             elif 4 + size > len(buf):
-                # Too large for the scratch buffer: give it its own, receive the rest there.
-                self._large = self._buffer_for(size)
-                self._large[:have] = buf[body : self._end]
-                self._filled = have
+                # Too large for the scratch buffer: receive the rest in place, or gather it.
+                if size <= self._in_place_max:
+                    self._large = self._buffer_for(size)
+                    self._large[:have] = buf[body : self._end]
+                    self._filled = have
+                else:
+                    self._pieces = [bytes(buf[body : self._end])]
+                    self._missing = size - have
                 self._start = self._end = 0
                 return frames
             else:
