@@ -156,3 +156,17 @@ def test_recovery_with_batches_straddling_the_read_window(
     assert plog.active.size == size
     check_log(plog, journal)
     check_indexes_match_rebuild(plog)
+
+
+def test_a_torn_txn_index_is_repaired_even_when_it_holds_nothing() -> None:
+    """A crash can tear a .txnindex whose abort marker did not survive either. Rebuilt
+    entries are then empty, and the file used to stay torn: every later start distrusted
+    it, deleted the producer snapshots and replayed the whole log."""
+    fs, _journal = build(30)
+    fs.write_file_atomic(seg_path(0, ".txnindex"), b"\x00" * 20)  # not a whole entry
+    plog, stats = reopen(fs, 0, False)
+    assert stats.batches_replayed == 30, "an unreadable index: producer state from scratch"
+    assert not fs.exists(seg_path(0, ".txnindex")), "repaired: no aborted transactions"
+    plog.close()
+    _plog, stats = reopen(fs, plog.log_end_offset, True)
+    assert stats.batches_replayed == 0, "the shutdown snapshot is trusted again"

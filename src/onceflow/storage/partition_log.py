@@ -461,8 +461,8 @@ class PartitionLog:
         the recovered log end describes data that is still there.
         """
         state = self.producer_state
-        indexes_ok = all(segment.txn_index.load() for segment in self.segments)
-        start = state.load_snapshot(self.log_end_offset if indexes_ok else -1)
+        loaded = [segment.txn_index.load() for segment in self.segments]
+        start = state.load_snapshot(self.log_end_offset if all(loaded) else -1)
         replayed: list[tuple[BatchHeader, tuple[bool, int] | None]] = []
         for segment in self.segments:
             if segment.next_offset <= start or segment.size == 0:
@@ -479,7 +479,7 @@ class PartitionLog:
         state.advance(self.log_end_offset)
         aborted = [c for c in completed if c.aborted]
         for index, segment in enumerate(self.segments):
-            if segment.next_offset <= start:
+            if segment.next_offset <= start and loaded[index]:
                 continue
             kept = [e for e in segment.txn_index.entries if e.last_offset < start]
             upper = self.segments[index + 1].base_offset if index + 1 < len(self.segments) else None
@@ -488,7 +488,9 @@ class PartitionLog:
                 for c in aborted
                 if c.last_offset >= segment.base_offset and (upper is None or c.last_offset < upper)
             ]
-            if mine or len(kept) != len(segment.txn_index.entries):
+            # An unreadable file (torn by a crash) is rewritten even when it ends up empty:
+            # left as it was, every later start would distrust it and replay the whole log.
+            if mine or len(kept) != len(segment.txn_index.entries) or not loaded[index]:
                 segment.txn_index.rewrite(kept + mine)
         return len(replayed)
 
