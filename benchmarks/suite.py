@@ -25,6 +25,7 @@ from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
     consume,
+    figure_table,
     latency,
     medians,
     produce,
@@ -298,16 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(figures: dict[str, float], plan: Plan, seconds: dict[str, float], smoke: bool) -> None:
-    width = max(len(k) for k in figures)
     cores = os.cpu_count()
-    print(f"{'figure':<{width}}  {'median of ' + str(plan.repeat):>16}   ({cores} cores)")
-    group = ""
-    for key, value in figures.items():
-        prefix = key.split("_")[0]
-        if prefix != group:
-            print()
-            group = prefix
-        print(f"{key:<{width}}  {value:>16,.3f}")
+    print(figure_table(figures, plan.repeat, cores))
     print()
     print("seconds per section: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
     RESULTS.mkdir(exist_ok=True)

@@ -7,7 +7,7 @@ broker's internals (an import-linter contract in pyproject.toml keeps it so).
 """
 
 from onceflow.bench.latency import MODES, latency_run, percentile
-from onceflow.bench.stats import median_of, medians
+from onceflow.bench.stats import figure_table, median_of, medians
 from onceflow.bench.workloads import (
     COMMIT_INTERVAL_S,
     KIB,
@@ -31,6 +31,7 @@ __all__ = [
     "Failures",
     "consume",
     "create_topic",
+    "figure_table",
     "kafka_reason",
     "latency_run",
     "median_of",

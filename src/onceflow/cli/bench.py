@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.bench.figures import SECTIONS, Sizes, delete_topics, measure, run_prefix
+from onceflow.bench.stats import figure_table
 from onceflow.bench.workloads import BenchError
 from onceflow.cli.common import (
     CliError,
@@ -112,19 +113,6 @@ def _progress(line: str) -> None:
     print(f"onceflow bench: {line}", file=sys.stderr, flush=True)
 
 
-def report(figures: dict[str, float], repeat: int, cores: int | None) -> None:
-    """The suite's table: a blank line between groups (produce, consume, latency)."""
-    width = max([len("figure"), *(len(k) for k in figures)])
-    print(f"{'figure':<{width}}  {'median of ' + str(repeat):>16}   ({cores} cores)")
-    group = ""
-    for key, value in figures.items():
-        prefix = key.split("_")[0]
-        if prefix != group:
-            print()
-            group = prefix
-        print(f"{key:<{width}}  {value:>16,.3f}")
-
-
 def run_bench(args: argparse.Namespace) -> int:
     if "latency" in args.only and int(args.latency_rate * args.latency_seconds) < 1:
         raise UsageError("--latency-rate x --latency-seconds must be at least one message")
@@ -146,7 +134,7 @@ def run_bench(args: argparse.Namespace) -> int:
         except BenchError as exc:
             print(f"onceflow bench: warning: topics not deleted: {exc}", file=sys.stderr)
     cores = os.cpu_count()
-    report(figures, args.repeat, cores)
+    print(figure_table(figures, args.repeat, cores))
     if args.json is not None:
         out = {
             "bootstrap": args.bootstrap_server,
