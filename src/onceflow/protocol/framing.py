@@ -25,7 +25,7 @@ SCRATCH_BYTES = 64 * 1024
 # make the broker set aside up to socket.request.max.bytes for a connection.
 IN_PLACE_MAX_BYTES = 2 << 20
 
-# A complete frame: bytes (small frames) or a read-only view of the frame's own buffer.
+# A complete frame: bytes (small or gathered frames) or a read-only view of its own buffer.
 Frame = bytes | memoryview
 
 
