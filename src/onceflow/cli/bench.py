@@ -22,6 +22,7 @@ from onceflow.cli.common import (
     CliError,
     UsageError,
     add_bootstrap_option,
+    positive_float,
     positive_int,
     probe_bootstrap,
 )
@@ -40,16 +41,6 @@ def sections(text: str) -> list[str]:
             f"unknown section {unknown[0]!r} (choose from {','.join(SECTIONS)})"
         )
     return names
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):  # `not >` also rejects nan
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
-    return value
 
 
 def register(commands: Any) -> None:

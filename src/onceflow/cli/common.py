@@ -79,6 +79,17 @@ def positive_int(text: str) -> int:
     return _int_at_least(1, text)
 
 
+def positive_float(text: str) -> float:
+    """argparse type for rates and durations: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):  # `not >` also rejects nan
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """argparse type for partitions, offsets and timeouts."""
     return _int_at_least(0, text)

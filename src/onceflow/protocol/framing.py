@@ -103,9 +103,8 @@ class FrameDecoder:
                 frame.release()
             except BufferError:
                 return  # someone still holds a view of it: leave the buffer to them
-            if len(buf) <= 2 * self._in_place_max and (
-                self._spare is None or len(buf) > len(self._spare)
-            ):
+            # Only in-place frames are views, so the buffer is at most twice in_place_max.
+            if self._spare is None or len(buf) > len(self._spare):
                 self._spare = buf
 
     def _buffer_for(self, size: int) -> memoryview:
