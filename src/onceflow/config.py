@@ -526,6 +526,16 @@ _BROKER_KEYS: tuple[_Key, ...] = (
     _K("onceflow.fsync.on.ack", "onceflow_fsync_on_ack", _BOOL, None,
        "Answer acks=all produce requests only after the data is fsynced. false is Kafka's page- "
        "cache behaviour: faster, but an acknowledged write can be lost in a power cut."),
+    _K("onceflow.log.dir.min.free.bytes", "onceflow_log_dir_min_free_bytes", _LONG,
+       _NON_NEGATIVE,
+       "Produce requests are refused (KAFKA_STORAGE_ERROR, retriable) while the log dir has "
+       "less free space than the smaller of this and onceflow.log.dir.min.free.percent; the "
+       "broker's own writes (markers, transaction log, offset commits) go on in the space "
+       "below. 0 switches the check off."),
+    _K("onceflow.log.dir.min.free.percent", "onceflow_log_dir_min_free_percent", _DOUBLE,
+       _between(0, 100),
+       "The free-space threshold as a percentage of the log dir's file system; the smaller "
+       "of the two thresholds applies. 0 switches the check off."),
     # --- group coordinator ---
     _K("offsets.topic.num.partitions", "offsets_topic_num_partitions", _INT, _POSITIVE,
        "Partitions of __consumer_offsets; fixed once the topic exists."),
@@ -687,6 +697,8 @@ class BrokerConfig:
     log_message_timestamp_before_max_ms: int = LONG_MAX
     log_message_timestamp_after_max_ms: int = _HOUR_MS
     onceflow_fsync_on_ack: bool = True
+    onceflow_log_dir_min_free_bytes: int = 1 << 30
+    onceflow_log_dir_min_free_percent: float = 5.0
     # group coordinator
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 104_857_600

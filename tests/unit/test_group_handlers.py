@@ -58,6 +58,9 @@ class StubBroker:
     def has_partition(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.partitions
 
+    def coordinator_available(self, key_type: int, key: str) -> bool:
+        return key_type != 0 or self.group_coordinator.owns(key)
+
     async def call(self, api: ApiKey, version: int, /, **fields: Any) -> Any:
         """Build the request of this exact version, run the handler, round-trip the reply."""
         request = build(request_type(api, version), **fields)

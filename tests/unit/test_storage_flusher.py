@@ -9,6 +9,7 @@ import pytest
 from onceflow.clock import ManualClock
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
+from onceflow.storage.failures import LogOffline
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import SimFileSystem
 from onceflow.storage.partition_log import LogConfig, PartitionLog
@@ -161,7 +162,7 @@ def test_waiters_of_a_deleted_log_are_released() -> None:
     asyncio.run(main())
 
 
-def test_an_fsync_error_fails_the_waiters_and_keeps_the_high_watermark() -> None:
+def test_an_fsync_error_takes_the_log_offline_fails_its_waiters_and_keeps_the_hw() -> None:
     async def main() -> None:
         fs = FailingFsyncFS()
         plog = open_log(fs)
@@ -169,9 +170,16 @@ def test_an_fsync_error_fails_the_waiters_and_keeps_the_high_watermark() -> None
         flusher = GroupCommitFlusher()
         flusher.start()
         future = flusher.durable(plog, append(plog))
-        with pytest.raises(OSError):
+        with pytest.raises(LogOffline):
             await asyncio.wait_for(future, 5)
         assert plog.high_watermark == 0 and plog.flushed_offset == 0
+        assert plog.offline is not None
+        # Never retried as if it had worked: the log refuses appends and reads until a restart.
+        fs.broken = False
+        with pytest.raises(LogOffline):
+            append(plog)
+        with pytest.raises(LogOffline):
+            flusher.durable(plog, 0).result()
         await flusher.close()
 
     asyncio.run(main())

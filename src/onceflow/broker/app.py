@@ -72,6 +72,18 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         ) from exc
     try:
         await broker.start()
+    except OSError as exc:
+        # Recovery writes a little (indexes, the coordinator epoch): on a disk with no
+        # space at all, or one that fails, the broker says so instead of a traceback.
+        os.close(lock_fd)
+        server.close()
+        broker.disk.refresh(force=True)
+        usage = broker.disk.usage
+        raise StartupError(
+            f"cannot recover data dir {data_dir}: {exc} ({usage.free} bytes free of "
+            f"{usage.total}); free some space or fix the disk, then start again"
+        ) from exc
+    try:
         await server.start_serving()
         log.info(
             "Onceflow broker %d listening on %s:%d (advertised %s:%d), data dir %s",

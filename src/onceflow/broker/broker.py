@@ -7,6 +7,7 @@ flusher, the fetch purgatory and the coordinators, and runs their periodic work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -29,6 +30,8 @@ from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.storage.cleaner import LogCleaner
+from onceflow.storage.disk_space import DiskSpaceGuard, DiskState
+from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
 from onceflow.storage.log_manager import LogManager, TopicInfo
@@ -58,7 +61,15 @@ class Broker:
         self.log_dir = config.log_dirs[0]
         self.max_request_bytes = config.socket_request_max_bytes
         self.cluster_id = ""
-        self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config)
+        self.disk = DiskSpaceGuard(
+            self.fs,
+            self.log_dir,
+            self.clock,
+            config.onceflow_log_dir_min_free_bytes,
+            config.onceflow_log_dir_min_free_percent,
+        )
+        self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config, self.disk)
+        self.logs.offline_listeners.append(self._log_offline)
         self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
         self.purgatory = FetchPurgatory()
         self.cleaner = LogCleaner()
@@ -119,6 +130,7 @@ class Broker:
 
     async def start(self) -> None:
         self.logs.load()
+        self.disk.refresh(force=True)
         self.cluster_id = self._load_meta_properties()
         self.producer_ids.load()
         for topic, partitions, segment_bytes in (
@@ -147,6 +159,7 @@ class Broker:
         self._every(0.1, self.group_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
+        self._every(1.0, self.disk.refresh)  # logs the disk's state changes without traffic
         self._every(10.0, self.close_retired_files)
         self._every(
             self.config.producer_id_expiration_check_interval_ms / 1000, self.expire_producers
@@ -199,6 +212,19 @@ class Broker:
         self.fs.write_file_atomic(path, body.encode())
         return cluster_id
 
+    def _log_offline(self, plog: PartitionLog) -> None:
+        """A coordinator whose log partition went offline stops serving its keys."""
+        if plog.topic == TXN_TOPIC:
+            self.txn_coordinator.unload(plog.partition)
+        elif plog.topic == OFFSETS_TOPIC:
+            self.group_coordinator.unload(plog.partition)
+
+    def coordinator_available(self, key_type: int, key: str) -> bool:
+        """Whether the log partition behind a group (0) or transactional id (1) is online."""
+        if key_type == 1:
+            return self.txn_coordinator.owns(key)
+        return self.group_coordinator.owns(key)
+
     def expire_producers(self) -> None:
         """Forget producers idle for producer.id.expiration.ms (never an open transaction)."""
         now = self.clock.now_ms()
@@ -209,11 +235,15 @@ class Broker:
         self.logs.close_retired()
 
     def clean_logs(self) -> None:
-        """One pass of the log cleaner over every compacted partition that needs it."""
+        """One pass of the log cleaner over every compacted partition that needs it. Not
+        while the disk is low: cleaning writes a copy of each segment before it frees any."""
+        if self.disk.refresh() is not DiskState.OK:
+            return
         now = self.clock.now_ms()
         for plog in self.logs:
-            if self.cleaner.needs_cleaning(plog):
-                self.cleaner.clean(plog, now)
+            if plog.offline is None and self.cleaner.needs_cleaning(plog):
+                with contextlib.suppress(LogOffline):  # logged once as the log went offline
+                    self.cleaner.clean(plog, now)
 
     # ---- topics and partitions -------------------------------------------------------
 
@@ -290,6 +320,8 @@ class Broker:
                 continue  # the topic was deleted: nothing left to mark
             try:
                 result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+            except (OutOfSpace, LogOffline):
+                raise  # not written: the coordinator retries until it is
             except KafkaError as exc:
                 # The partition already moved past this transaction (newer epoch or
                 # coordinator): there is nothing left for this marker to end.

@@ -23,7 +23,7 @@ from onceflow.broker.handlers.base import (
     RawBody,
     RequestContext,
 )
-from onceflow.errors import ProtocolError
+from onceflow.errors import KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey, is_supported
 from onceflow.protocol.framing import Frame, FrameDecoder, size_prefix
@@ -191,13 +191,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             header, result = await self._responses.get()
             if isinstance(result, Deferred):
                 try:
-                    for wait in result.waits:
-                        await wait
+                    result = await _settle(result)
                 except Exception:
                     log.exception("deferred response to %s failed", self.peer)
                     self.abort("internal error")
                     return
-                result = result.response
             head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
             parts: list[Any] = (
                 result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
@@ -250,3 +248,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.abort("segment shrank while it was being sent")
                 return
             transport.write(rest)
+
+
+async def _settle(deferred: Deferred) -> Any:
+    """The response of a Deferred once its futures are done."""
+    if deferred.finish is None:
+        for wait in deferred.waits:
+            await wait
+        return deferred.response
+    errors: list[KafkaError | None] = []
+    for wait in deferred.waits:
+        try:
+            await wait
+            errors.append(None)
+        except KafkaError as exc:
+            errors.append(exc)
+    return deferred.response if not any(errors) else deferred.finish(errors)

@@ -21,6 +21,7 @@ the old or the new segment, never a mix.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import weakref
@@ -103,9 +104,13 @@ class LogCleaner:
         horizon = now_ms - cfg.delete_retention_ms
         stats = CleanStats(0, 0, 0, 0)
         for segment in prefix:
-            result, replaced = _clean_segment(
-                plog, segment, latest, shadowed, last_batches, aborted, horizon
-            )
+            try:
+                result, replaced = _clean_segment(
+                    plog, segment, latest, shadowed, last_batches, aborted, horizon
+                )
+            except OSError as exc:
+                log.warning("cleaning %s stopped: %s; it is tried again later", plog.name, exc)
+                return None
             stats = _add(stats, result)
             if replaced:
                 plog.retire(segment)
@@ -256,9 +261,28 @@ def _swap_in(plog: PartitionLog, segment: LogSegment, data: bytes) -> LogSegment
     cleaned_path = log_path + CLEANED_SUFFIX
     fs.remove(cleaned_path)
     handle = fs.open(cleaned_path)
-    handle.append(data)
-    handle.fsync()
+    try:
+        handle.append(data)
+        handle.fsync()
+    except OSError:
+        # Nothing was replaced yet: drop the copy, the old segment stays as it was, and
+        # cleaning is tried again at the next pass.
+        handle.close()
+        with contextlib.suppress(OSError):
+            fs.remove(cleaned_path)
+        raise
     handle.close()
+    try:
+        return _replace(plog, segment, cleaned_path, log_path)
+    except OSError as exc:
+        raise plog.take_offline(f"replacing a cleaned segment failed: {exc}") from exc
+
+
+def _replace(
+    plog: PartitionLog, segment: LogSegment, cleaned_path: str, log_path: str
+) -> LogSegment:
+    fs = plog.fs
+    directory = plog.directory
     # The old segment stays open (the log retires it, see FILE_DELETE_DELAY_MS):
     # after the rename its descriptor still reads the old, unlinked file.
     fs.remove(segment.offset_index.path)  # derived: rebuilt below, or by recovery

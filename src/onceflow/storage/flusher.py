@@ -34,6 +34,7 @@ class GroupCommitFlusher:
         self._waiters: list[tuple[PartitionLog, int, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._jobs: queue.SimpleQueue[list[FlushPlan] | None] = queue.SimpleQueue()
+        self.fsync_failures = 0
         self._thread: threading.Thread | None = None
         self._idle: asyncio.Event | None = None  # set while no round is in the thread
         self._running = False
@@ -59,10 +60,14 @@ class GroupCommitFlusher:
         self._schedule()
 
     def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
-        """A future that completes once `plog` is flushed past `offset`."""
+        """A future that completes once `plog` is flushed past `offset`, or fails with
+        LogOffline if its fsync failed."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if plog.flushed_offset > offset:
             fut.set_result(None)
+            return fut
+        if plog.offline is not None:
+            fut.set_exception(plog.offline_error())
             return fut
         self._waiters.append((plog, offset, fut))
         self.mark(plog)
@@ -110,30 +115,31 @@ class GroupCommitFlusher:
         loop = self._loop
         assert loop is not None
         while (plans := self._jobs.get()) is not _STOP:
-            error: OSError | None = None
-            try:
-                for plan in plans:
+            errors: list[OSError | None] = []
+            for plan in plans:  # one log's failure is that log's alone
+                try:
                     plan.execute()
-            except OSError as exc:
-                error = exc
+                    errors.append(None)
+                except OSError as exc:
+                    errors.append(exc)
             try:
-                loop.call_soon_threadsafe(self._finish_round, plans, error)
+                loop.call_soon_threadsafe(self._finish_round, plans, errors)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
 
-    def _finish_round(self, plans: list[FlushPlan], error: OSError | None) -> None:
+    def _finish_round(self, plans: list[FlushPlan], errors: list[OSError | None]) -> None:
         assert self._idle is not None
         self._running = False
         self._idle.set()
         self.rounds += 1
-        if error is not None:
-            log.error("fsync failed: %s", error)
-            self._fail(error)
-        else:
-            for plan in plans:
-                plan.log.complete_flush(plan)
-                if self._on_flushed is not None:
-                    self._on_flushed(plan.log)
+        for plan, error in zip(plans, errors, strict=True):
+            if error is not None:
+                self.fsync_failures += 1
+                plan.log.flush_failed(error)  # offline: its waiters fail in _settle
+                continue
+            plan.log.complete_flush(plan)
+            if self._on_flushed is not None:
+                self._on_flushed(plan.log)
         self._settle()
         if self._dirty and not self._closed:
             self._start_round()  # everything appended meanwhile, without another hop
@@ -145,6 +151,8 @@ class GroupCommitFlusher:
                 continue
             if plog.flushed_offset > offset or plog.deleted:
                 fut.set_result(None)
+            elif plog.offline is not None:
+                fut.set_exception(plog.offline_error())
             elif not plog.has_unflushed:
                 fut.set_exception(RuntimeError(f"{plog.name}: offset {offset} was never appended"))
             else:
@@ -153,9 +161,3 @@ class GroupCommitFlusher:
         self._waiters = waiting
         if waiting:
             self._schedule()
-
-    def _fail(self, exc: BaseException) -> None:
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_exception(exc)
-        self._waiters = []

@@ -10,6 +10,7 @@ On-disk layout (Kafka's, plus one metadata file because there is no controller):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
-from onceflow.storage.fs import FileSystem
+from onceflow.storage.disk_space import DiskSpaceGuard
+from onceflow.storage.failures import LogOffline, OutOfSpace
+from onceflow.storage.fs import FileSystem, is_out_of_space
 from onceflow.storage.partition_log import LogConfig, PartitionLog, partition_dir
 from onceflow.storage.recovery import open_partition
 
@@ -44,9 +47,18 @@ class TopicInfo:
 
 class LogManager:
     def __init__(
-        self, fs: FileSystem, log_dir: str, clock: Clock, config_factory: ConfigFactory
+        self,
+        fs: FileSystem,
+        log_dir: str,
+        clock: Clock,
+        config_factory: ConfigFactory,
+        space: DiskSpaceGuard | None = None,
     ) -> None:
         self.fs = fs
+        self.space = space
+        # Told when a partition goes offline (the coordinators unload theirs).
+        self.offline_listeners: list[Callable[[PartitionLog], None]] = []
+        self._checkpoint_failing = False
         self.log_dir = log_dir
         self.clock = clock
         self.config_factory = config_factory
@@ -99,22 +111,48 @@ class LogManager:
                 stats.batches_replayed,
             )
         plog.on_roll = self.checkpoint_recovery_points
+        plog.on_offline = self._log_offline
+        plog.space = self.space
         self.logs[(topic.name, partition)] = plog
         return plog
 
+    def _log_offline(self, plog: PartitionLog) -> None:
+        for listener in self.offline_listeners:
+            listener(plog)
+
+    @property
+    def offline_logs(self) -> list[PartitionLog]:
+        return [plog for plog in self.logs.values() if plog.offline is not None]
+
     def flush_all(self) -> None:
+        """Flush every online log; one that fails goes offline, the others are flushed."""
         for plog in self.logs.values():
-            plog.flush()
+            if plog.offline is None:
+                with contextlib.suppress(LogOffline):
+                    plog.flush()
 
     def shutdown(self) -> None:
-        """Flush, checkpoint, close, and mark the shutdown clean so startup skips scans."""
+        """Flush, checkpoint, close, and mark the shutdown clean so startup skips scans.
+
+        Not clean if any log is offline or the checkpoint could not be written: the next
+        start then recovers from the files, trusting nothing the failure may have left."""
         self.flush_all()
         self.checkpoint_recovery_points()
         for plog in self.logs.values():
             plog.close()
         for plog in self.deleted_logs:
             plog.close_retired(force=True)
-        self.fs.write_file_atomic(os.path.join(self.log_dir, CLEAN_SHUTDOWN), b"")
+        offline = self.offline_logs
+        if offline or self._checkpoint_failing:
+            log.warning(
+                "shutdown is not clean (%s): the next start recovers from the log files",
+                f"{len(offline)} logs offline" if offline else "the checkpoint failed",
+            )
+            return
+        try:
+            self.fs.write_file_atomic(os.path.join(self.log_dir, CLEAN_SHUTDOWN), b"")
+        except OSError as exc:
+            log.warning("clean-shutdown marker not written (%s): the next start recovers", exc)
 
     def close_retired(self) -> None:
         """Close descriptors of deleted or replaced segments once their delay passed."""
@@ -139,19 +177,35 @@ class LogManager:
         # checkpoint interval ago) says nothing about the new topic's files, yet recovery
         # would skip scanning segments below it. Rewrite the checkpoint without it before
         # the topic exists, so no crash can pair the two.
-        self.checkpoint_recovery_points()
+        if not self.checkpoint_recovery_points():
+            raise OutOfSpace(f"cannot create topic '{name}': the checkpoint cannot be written")
         self.topics[name] = info
-        self._write_topics()
-        for p in range(partitions):
-            self._open(info, p, 0, clean=True)  # new and empty: nothing to recover
-        self.fs.fsync_dir(self.log_dir)
+        try:
+            self._write_topics()
+            for p in range(partitions):
+                self._open(info, p, 0, clean=True)  # new and empty: nothing to recover
+            self.fs.fsync_dir(self.log_dir)
+        except OSError as exc:
+            # Nothing of the topic is left behind: a name in the topics file without its
+            # directories (or the reverse) would be repaired at the next start anyway.
+            del self.topics[name]
+            for p in range(partitions):
+                opened = self.logs.pop((name, p), None)
+                if opened is not None:
+                    opened.close()
+                self.fs.rmtree(partition_dir(self.log_dir, name, p))
+            raise _metadata_failure(exc, f"create topic '{name}'") from exc
         return info
 
     def delete_topic(self, name: str) -> None:
         info = self.topics.pop(name, None)
         if info is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
-        self._write_topics()
+        try:
+            self._write_topics()
+        except OSError as exc:
+            self.topics[name] = info
+            raise _metadata_failure(exc, f"delete topic '{name}'") from exc
         for p in range(info.partitions):
             plog = self.logs.pop((name, p), None)
             if plog is not None:
@@ -172,7 +226,7 @@ class LogManager:
         deleted = 0
         for plog in self:
             cfg = plog.config
-            if not cfg.cleanup_delete:
+            if not cfg.cleanup_delete or plog.offline is not None:
                 continue
             count = 0
             if cfg.retention_ms >= 0:
@@ -235,11 +289,25 @@ class LogManager:
         data = json.dumps(body, indent=1, sort_keys=True).encode()
         self.fs.write_file_atomic(os.path.join(self.log_dir, TOPICS_FILE), data)
 
-    def checkpoint_recovery_points(self) -> None:
-        """Kafka's checkpoint format: version, count, then `topic partition offset` lines."""
+    def checkpoint_recovery_points(self) -> bool:
+        """Kafka's checkpoint format: version, count, then `topic partition offset` lines.
+        Returns whether it was written."""
         lines = [f"{p.topic} {p.partition} {p.recovery_point}" for p in self.logs.values()]
         data = "\n".join(["0", str(len(lines)), *lines]) + "\n"
-        self.fs.write_file_atomic(os.path.join(self.log_dir, RECOVERY_CHECKPOINT), data.encode())
+        try:
+            self.fs.write_file_atomic(
+                os.path.join(self.log_dir, RECOVERY_CHECKPOINT), data.encode()
+            )
+        except OSError as exc:
+            # The old checkpoint stays, and it only claims less: recovery scans more.
+            if not self._checkpoint_failing:
+                log.warning("recovery-point checkpoint not written (%s); retried later", exc)
+            self._checkpoint_failing = True
+            return False
+        if self._checkpoint_failing:
+            log.info("recovery-point checkpoint written again")
+        self._checkpoint_failing = False
+        return True
 
     def _read_checkpoint(self) -> dict[tuple[str, int], int]:
         path = os.path.join(self.log_dir, RECOVERY_CHECKPOINT)
@@ -256,6 +324,12 @@ class LogManager:
         except (ValueError, IndexError, UnicodeDecodeError):
             log.warning("ignoring an unreadable %s: recovering every segment", path)
             return {}
+
+
+def _metadata_failure(exc: OSError, what: str) -> KafkaError:
+    if is_out_of_space(exc):
+        return OutOfSpace(f"no space left on the log dir to {what}: {exc}")
+    return KafkaError(ErrorCode.kafka_storage_error, f"could not {what}: {exc}")
 
 
 def _is_partition_dir(name: str) -> bool:

@@ -9,13 +9,19 @@ Offsets that matter, lowest to highest:
 Appends are synchronous writes to the page cache. Durability is a separate, two-step flush
 (`prepare_flush` on the event loop, fsync anywhere, `complete_flush` back on the loop), which
 lets the broker group many appends under one fsync.
+
+Storage failures (see failures.py): a write that finds the disk full is cut back whole and
+raises OutOfSpace with the log unchanged; any other failure, a failed fsync above all, takes
+the log offline, after which every call raises LogOffline until a restart recovers it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
@@ -28,15 +34,25 @@ from onceflow.records.batch import (
 )
 from onceflow.records.control import ControlType, build_control_batch, parse_control_record
 from onceflow.records.record import decode_records
-from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.failures import LogOffline, OutOfSpace
+from onceflow.storage.fs import FileHandle, FileSystem, is_out_of_space
 from onceflow.storage.indexes import AbortedTxn
 from onceflow.storage.producer_state import AppendPlan, ProducerStateManager
 from onceflow.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
 # How long a deleted or replaced segment's descriptors stay open (Kafka's
 # file.delete.delay.ms): a fetch response may still be streaming from them.
 FILE_DELETE_DELAY_MS = 60_000
+
+
+class SpaceAccount(Protocol):
+    """Told about every write and every write refused for lack of space (the disk guard)."""
+
+    def note_written(self, nbytes: int) -> None: ...
+    def note_out_of_space(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +147,10 @@ class PartitionLog:
         # moves with every flush and with every roll (which syncs the old segment), so after
         # a crash recovery scans at most the active segment's tail, whatever the log's size.
         self.recovery_point = self.flushed_offset
-        self.on_roll: Callable[[], None] | None = None
+        self.on_roll: Callable[[], object] | None = None
+        self.on_offline: Callable[[PartitionLog], None] | None = None
+        self.space: SpaceAccount | None = None
+        self.offline: str | None = None  # why the log stopped serving, once it has
         self._hw_segment = segments[-1]
         self._hw_position = segments[-1].size
         self.high_watermark = self.log_end_offset
@@ -224,15 +243,32 @@ class PartitionLog:
         data: bytes | bytearray | memoryview,
         plan: AppendPlan,
         stamp_time: bool = False,
+        aborted: AbortedTxn | None = None,
     ) -> AppendResult:
+        """Write whole batches, then apply their state; on a failure nothing is applied and
+        the files hold what they held before (or the log goes offline). `aborted` is the
+        `.txnindex` entry of an ABORT marker, written before the marker itself."""
+        self.check_online()
         first = self.log_end_offset
         stamped = assign_offsets(data, placed, first, self.leader_epoch)
         append_time = -1
         if stamp_time and self.config.log_append_time:
             append_time = self.clock.now_ms()
             placed = stamp_log_append_time(stamped, placed, append_time)
-        self._maybe_roll(len(stamped), placed)
-        self.active.append(stamped, placed)
+        try:
+            self._maybe_roll(len(stamped), placed)
+            if aborted is not None:
+                self.active.txn_index.append(aborted)
+            try:
+                self.active.append(stamped, placed)
+            except OSError:
+                if aborted is not None:
+                    self.active.txn_index.drop_last()
+                raise
+        except OSError as exc:
+            raise self._failed(exc, "append to") from exc
+        if self.space is not None:
+            self.space.note_written(len(stamped))
         self.log_end_offset = placed[-1].next_offset
         plan.apply()
         self.producer_state.advance(self.log_end_offset)
@@ -242,6 +278,40 @@ class PartitionLog:
         return AppendResult(
             first, self.log_end_offset - 1, self.log_start_offset, log_append_time=append_time
         )
+
+    # ---- storage failures ------------------------------------------------------------
+
+    def check_online(self) -> None:
+        if self.offline is not None:
+            raise self.offline_error()
+
+    def offline_error(self) -> LogOffline:
+        return LogOffline(f"{self.name} is offline after a storage failure: {self.offline}")
+
+    def _failed(self, exc: OSError, what: str) -> OutOfSpace | LogOffline:
+        """The error a failed write is answered with; anything but a clean out-of-space
+        failure takes the log offline."""
+        if is_out_of_space(exc):
+            if self.space is not None:
+                self.space.note_out_of_space()
+            return OutOfSpace(f"no space left on the log dir to {what} {self.name}: {exc}")
+        return self.take_offline(f"{what} {self.name} failed: {exc}")
+
+    def take_offline(self, reason: str) -> LogOffline:
+        """Stop serving: the files may not hold what memory says. Only a restart, which
+        recovers from the files alone, brings the partition back."""
+        if self.offline is None:
+            self.offline = reason
+            self._dirty = []  # never sync again: a later fsync may "succeed" over lost pages
+            log.error(
+                "%s is offline: %s. It answers KAFKA_STORAGE_ERROR until the broker is "
+                "restarted and recovers it from disk.",
+                self.name,
+                reason,
+            )
+            if self.on_offline is not None:
+                self.on_offline(self)
+        return self.offline_error()
 
     def _mark_dirty(self) -> None:
         if not self._dirty or self._dirty[-1] is not self.active:
@@ -270,16 +340,26 @@ class PartitionLog:
         # otherwise a crash may keep the new (empty) segment and tear the old one at a
         # batch boundary, leaving a hole in the offsets that recovery cannot see. The
         # group commit has usually synced it already; this only covers the last appends.
-        self.active.fsync()
+        try:
+            self.active.fsync()
+        except OSError as exc:
+            raise self.take_offline(f"fsync of {self.active.log_path} failed: {exc}") from exc
         segment = LogSegment(
             self.fs, self.directory, self.log_end_offset, self.config.index_interval_bytes
         )
         segment.next_offset = self.log_end_offset
         self.segments.append(segment)
-        self.fs.fsync_dir(self.directory)
+        try:
+            self.fs.fsync_dir(self.directory)
+        except OSError as exc:
+            raise self.take_offline(f"fsync of {self.directory} failed: {exc}") from exc
         # The data below the new base is durable now, so a snapshot there is safe to trust,
-        # and recovery need not scan below it.
-        self.producer_state.take_snapshot()
+        # and recovery need not scan below it. A snapshot is derived data: without it the
+        # next start replays more of the log, nothing else.
+        try:
+            self.producer_state.take_snapshot()
+        except OSError as exc:
+            log.warning("%s: producer snapshot not written (%s)", self.name, exc)
         self.recovery_point = max(self.recovery_point, self.log_end_offset)
         if self.on_roll is not None:
             self.on_roll()
@@ -289,7 +369,7 @@ class PartitionLog:
 
     def prepare_flush(self) -> FlushPlan | None:
         """Snapshot what must be synced to make everything appended so far durable."""
-        if not self._dirty:
+        if not self._dirty or self.offline is not None:
             return None
         plan = FlushPlan(self, self.log_end_offset, self.active, self.active.size, self._dirty)
         self._dirty = []
@@ -304,13 +384,22 @@ class PartitionLog:
 
     def flush(self) -> None:
         """Synchronous flush of the data and the active segment's indexes (shutdown,
-        recovery, tests, simulation)."""
+        recovery, tests, simulation). A failed fsync takes the log offline."""
+        self.check_online()
         plan = self.prepare_flush()
-        if plan is not None:
-            plan.execute()
-        self.active.fsync()
+        try:
+            if plan is not None:
+                plan.execute()
+            self.active.fsync()
+        except OSError as exc:
+            raise self.flush_failed(exc) from exc
         if plan is not None:
             self.complete_flush(plan)
+
+    def flush_failed(self, exc: OSError) -> LogOffline:
+        """Never retried: after a failed fsync the kernel may have dropped the pages, and a
+        second fsync would report success for data that is not on disk."""
+        return self.take_offline(f"fsync failed: {exc}")
 
     def _advance_high_watermark(self, offset: int, segment: LogSegment, position: int) -> None:
         if offset >= self.high_watermark:
@@ -349,6 +438,7 @@ class PartitionLog:
         drop a partial trailing batch. With `min_one`, the first batch is returned whole
         even when it is larger than `max_bytes`.
         """
+        self.check_online()
         hw = self.high_watermark
         self.check_offset(offset, self.log_end_offset)
         start = self.log_start_offset
@@ -521,16 +611,14 @@ class PartitionLog:
         header = parse_header(batch)._replace(base_offset=self.log_end_offset)
         plan = self.producer_state.plan()
         completed = plan.add_marker(header, not commit, coordinator_epoch)
-        result = self._write([header], batch, plan)
+        aborted = None
         if completed is not None and completed.aborted:
             # The stable offset once this transaction ended: the oldest still-open one's
             # first offset, or just past the marker.
-            first_open = self.producer_state.first_unstable_offset()
-            stable = header.base_offset + 1 if first_open is None else first_open
-            self.active.txn_index.append(
-                AbortedTxn(producer_id, completed.first_offset, header.base_offset, stable)
-            )
-        return result
+            still_open = [o for p, o in self.producer_state.ongoing.items() if p != producer_id]
+            stable = min(still_open) if still_open else header.base_offset + 1
+            aborted = AbortedTxn(producer_id, completed.first_offset, header.base_offset, stable)
+        return self._write([header], batch, plan, aborted=aborted)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""
@@ -546,8 +634,11 @@ class PartitionLog:
     def close(self) -> None:
         """Close after a flush: the producer snapshot at the end spares the next start a
         replay."""
-        if not self.deleted:
-            self.producer_state.take_snapshot()
+        if not self.deleted and self.offline is None:
+            try:
+                self.producer_state.take_snapshot()
+            except OSError as exc:
+                log.warning("%s: producer snapshot not written (%s)", self.name, exc)
         for segment in self.segments:
             segment.close()
         self.close_retired(force=True)

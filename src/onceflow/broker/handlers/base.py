@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from onceflow.errors import KafkaError
 from onceflow.protocol.codec import RequestHeader, build, nested, response_type
 
 if TYPE_CHECKING:
@@ -51,10 +52,13 @@ class Deferred:
 
     The connection moves on to its next request meanwhile; responses still leave in order.
     The writer awaits the futures itself: no task per response on the produce hot path.
+    With `finish`, a future that fails with a KafkaError does not close the connection:
+    `finish` gets each future's error (None for success) and returns the response to send.
     """
 
     waits: list[asyncio.Future[None]]
     response: Any
+    finish: Callable[[list[KafkaError | None]], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,15 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             port=-1,
         )
     broker = ctx.broker
+    if not broker.coordinator_available(key_type, request.key):
+        return ctx.response(
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            error_message="the coordinator's log partition is offline after a storage failure",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
     return ctx.response(
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,

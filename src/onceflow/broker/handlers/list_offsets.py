@@ -45,6 +45,8 @@ def _lookup(
     plog = ctx.broker.logs.get(topic, partition)
     if plog is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1
+    if plog.offline is not None:
+        return ErrorCode.kafka_storage_error, -1, -1
     visible = ctx.broker.last_stable_offset(plog) if committed else plog.high_watermark
     if timestamp == LATEST:
         return ErrorCode.none, visible, -1

@@ -54,19 +54,7 @@ def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> Any:
         error = ErrorCode.unknown_topic_or_partition
     partitions = ()
     if info is not None:
-        partitions = tuple(
-            ctx.entity(
-                "MetadataResponsePartition",
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=broker.node_id,
-                leader_epoch=0,
-                replica_nodes=(broker.node_id,),
-                isr_nodes=(broker.node_id,),
-                offline_replicas=(),
-            )
-            for p in range(info.partitions)
-        )
+        partitions = tuple(_describe_partition(ctx, name, p) for p in range(info.partitions))
     return ctx.entity(
         "MetadataResponseTopic",
         error_code=error,
@@ -74,4 +62,22 @@ def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> Any:
         is_internal=bool(info and info.internal),
         partitions=partitions,
         topic_authorized_operations=_NO_OPERATIONS,
+    )
+
+
+def _describe_partition(ctx: RequestContext, topic: str, partition: int) -> Any:
+    """Kafka's view of a partition whose only replica is offline (its log failed): no
+    leader, LEADER_NOT_AVAILABLE, the replica listed as offline."""
+    node = ctx.broker.node_id
+    plog = ctx.broker.logs.get(topic, partition)
+    offline = plog is not None and plog.offline is not None
+    return ctx.entity(
+        "MetadataResponsePartition",
+        error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
+        partition_index=partition,
+        leader_id=-1 if offline else node,
+        leader_epoch=0,
+        replica_nodes=(node,),
+        isr_nodes=() if offline else (node,),
+        offline_replicas=(node,) if offline else (),
     )

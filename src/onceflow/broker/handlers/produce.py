@@ -1,95 +1,160 @@
 """Produce: validate each partition's batches, append them, answer per durability.
 
 A bad batch fails only its own partition; the others in the request still succeed. With
-acks=-1 in durable mode the response waits for the group commit that covers the append.
+acks=-1 in durable mode the response waits for the group commit that covers the append; a
+partition whose fsync fails then answers KAFKA_STORAGE_ERROR, never success. Below the log
+dir's free-space threshold, client data is refused with KAFKA_STORAGE_ERROR (retriable).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
+from onceflow.storage.partition_log import AppendResult, PartitionLog
+
+if TYPE_CHECKING:
+    from onceflow.broker.broker import Broker
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = request.acks
     waits: list[asyncio.Future[None]] = []
-    topics = []
+    waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
+    results: list[list[_Outcome]] = []
     for topic_data in request.topic_data:
-        partitions = []
+        outcomes: list[_Outcome] = []
         for data in topic_data.partition_data:
-            error = ErrorCode.none
-            message = None
-            base_offset = -1
-            log_start = -1
-            append_time: datetime.datetime | None = None
+            outcome = _Outcome(data.index)
             try:
-                if acks not in (0, 1, -1):
-                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
-                # Only the coordinators write internal topics (Kafka's internalTopicsAllowed);
-                # a client's record there could stop the next start from loading the log.
-                if topic_data.name in INTERNAL_TOPICS:
-                    raise KafkaError(
-                        ErrorCode.invalid_topic_exception,
-                        f"Cannot append to internal topic {topic_data.name}",
-                    )
-                plog = broker.log_for_produce(topic_data.name, data.index)
-                records = data.records or b""
-                headers = validate_produced_batches(records, plog.config.max_message_bytes)
-                if len(headers) != 1:
-                    # Kafka's rule for Produce v3+: one batch per partition, so a retried
-                    # batch can never travel together with a new one.
-                    raise KafkaError(
-                        ErrorCode.invalid_record,
-                        f"{len(headers)} record batches for one partition; exactly 1 is allowed",
-                    )
-                if plog.config.cleanup_compact:
-                    require_keys(records, headers)
-                if any(h.is_transactional for h in headers):
-                    broker.verify_transactional(
-                        request.transactional_id, headers[0], topic_data.name, data.index
-                    )
-                result = plog.append_batches(records, headers)
-                base_offset, log_start = result.first_offset, result.log_start_offset
-                if result.log_append_time >= 0:
-                    append_time = datetime.datetime.fromtimestamp(
-                        result.log_append_time / 1000, datetime.UTC
-                    )
-                broker.appended(plog)
-                if acks == -1 and plog.config.durable:
-                    waits.append(broker.flusher.durable(plog, result.last_offset))
+                outcome.set(_append(broker, request.transactional_id, topic_data.name, data, acks))
             except KafkaError as exc:
-                error, message = exc.code, exc.message
-            partitions.append(
-                ctx.entity(
-                    "PartitionProduceResponse",
-                    index=data.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=append_time,  # None (-1): the producer's CreateTime
-                    log_start_offset=log_start,
-                    record_errors=(),
-                    error_message=message,
-                )
-            )
-        topics.append(
-            ctx.entity(
-                "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
-            )
-        )
-    response = ctx.response(responses=tuple(topics), throttle_time=datetime.timedelta(0))
+                outcome.fail(exc)
+            else:
+                plog, last_offset = outcome.log, outcome.last_offset
+                if acks == -1 and plog is not None and plog.config.durable:
+                    waits.append(broker.flusher.durable(plog, last_offset))
+                    waiting.append((len(results), len(outcomes)))
+            outcomes.append(outcome)
+        results.append(outcomes)
+    names = [t.name for t in request.topic_data]
+    response = _response(ctx, names, results)
     if acks == 0:
         return NO_RESPONSE
     if not waits:
         return response
-    return Deferred(waits, response)
+
+    def finish(errors: list[KafkaError | None]) -> Any:
+        # An fsync that failed: those partitions were not made durable, so not acknowledged.
+        for (t, p), error in zip(waiting, errors, strict=True):
+            if error is not None:
+                results[t][p].fail(error)
+        return _response(ctx, names, results)
+
+    return Deferred(waits, response, finish)
+
+
+class _Outcome:
+    """One partition's answer, kept until the response is built."""
+
+    __slots__ = (
+        "append_time",
+        "base_offset",
+        "error",
+        "index",
+        "last_offset",
+        "log",
+        "log_start",
+        "message",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.error = ErrorCode.none
+        self.message: str | None = None
+        self.base_offset = -1
+        self.last_offset = -1
+        self.log_start = -1
+        self.append_time: datetime.datetime | None = None
+        self.log: PartitionLog | None = None
+
+    def set(self, appended: tuple[PartitionLog, AppendResult]) -> None:
+        self.log, result = appended
+        self.base_offset, self.last_offset = result.first_offset, result.last_offset
+        self.log_start = result.log_start_offset
+        if result.log_append_time >= 0:
+            self.append_time = datetime.datetime.fromtimestamp(
+                result.log_append_time / 1000, datetime.UTC
+            )
+
+    def fail(self, exc: KafkaError) -> None:
+        self.error, self.message = exc.code, exc.message
+        self.base_offset = self.log_start = -1
+        self.append_time = None
+
+
+def _append(
+    broker: Broker, transactional_id: str | None, topic: str, data: Any, acks: int
+) -> tuple[PartitionLog, AppendResult]:
+    if acks not in (0, 1, -1):
+        raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
+    # Only the coordinators write internal topics (Kafka's internalTopicsAllowed); a
+    # client's record there could stop the next start from loading the log.
+    if topic in INTERNAL_TOPICS:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}"
+        )
+    plog = broker.log_for_produce(topic, data.index)
+    records = data.records or b""
+    headers = validate_produced_batches(records, plog.config.max_message_bytes)
+    if len(headers) != 1:
+        # Kafka's rule for Produce v3+: one batch per partition, so a retried batch can
+        # never travel together with a new one.
+        raise KafkaError(
+            ErrorCode.invalid_record,
+            f"{len(headers)} record batches for one partition; exactly 1 is allowed",
+        )
+    if plog.config.cleanup_compact:
+        require_keys(records, headers)
+    if any(h.is_transactional for h in headers):
+        broker.verify_transactional(transactional_id, headers[0], topic, data.index)
+    # Below the free-space threshold client data waits; the space left is for what
+    # finishes in-flight work (markers, the transaction log, offset commits).
+    broker.disk.admit_client_write()
+    result = plog.append_batches(records, headers)
+    broker.appended(plog)
+    return plog, result
+
+
+def _response(ctx: RequestContext, names: list[str], results: list[list[_Outcome]]) -> Any:
+    topics = tuple(
+        ctx.entity(
+            "TopicProduceResponse",
+            name=name,
+            partition_responses=tuple(
+                ctx.entity(
+                    "PartitionProduceResponse",
+                    index=o.index,
+                    error_code=o.error,
+                    base_offset=o.base_offset,
+                    log_append_time=o.append_time,  # None (-1): the producer's CreateTime
+                    log_start_offset=o.log_start,
+                    record_errors=(),
+                    error_message=o.message,
+                )
+                for o in outcomes
+            ),
+        )
+        for name, outcomes in zip(names, results, strict=True)
+    )
+    return ctx.response(responses=topics, throttle_time=datetime.timedelta(0))
 
 
 def require_keys(records: bytes, headers: list[BatchHeader]) -> None:

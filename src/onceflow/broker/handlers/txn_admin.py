@@ -83,14 +83,20 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     partitions of its current transaction. A Dead id is on its way out: not found."""
     states = []
     for txn_id in request.transactional_ids:
-        meta = ctx.broker.txn_coordinator.txns.get(txn_id) if txn_id else None
+        coordinator = ctx.broker.txn_coordinator
+        owned = bool(txn_id) and coordinator.owns(txn_id)
+        meta = coordinator.txns.get(txn_id) if owned else None
         if meta is None or meta.state == TxnState.DEAD:
+            if not txn_id:
+                error = ErrorCode.invalid_request
+            elif not owned:
+                error = ErrorCode.not_coordinator  # its log partition is offline
+            else:
+                error = ErrorCode.transactional_id_not_found
             states.append(
                 ctx.entity(
                     "TransactionState",
-                    error_code=ErrorCode.transactional_id_not_found
-                    if txn_id
-                    else ErrorCode.invalid_request,
+                    error_code=error,
                     transactional_id=txn_id,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
@@ -145,8 +151,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     now = ctx.broker.clock.now_ms()
     listed = []
     for txn_id, meta in sorted(ctx.broker.txn_coordinator.txns.items()):
-        if meta.state == TxnState.DEAD:
-            continue  # expiring: Kafka hides these too
+        if meta.state == TxnState.DEAD or not ctx.broker.txn_coordinator.owns(txn_id):
+            continue  # expiring (Kafka hides these too), or on an offline log partition
         if wanted_ids and meta.producer_id not in wanted_ids:
             continue
         if wanted_states and meta.state not in wanted_states:

@@ -85,6 +85,9 @@ class GroupCoordinator:
         )
         self._closed = False
         self._next_retention_check_ms = 0
+        # __consumer_offsets partitions whose log went offline: their groups are no longer
+        # coordinated here (NOT_COORDINATOR) until a restart reloads them from disk.
+        self._unloaded: set[int] = set()
 
     # -- lifecycle
 
@@ -103,6 +106,20 @@ class GroupCoordinator:
         interval = self.config.offsets_retention_check_interval_ms
         self._next_retention_check_ms = self._clock.monotonic_ms() + interval
 
+    def unload(self, partition: int) -> None:
+        """Stop coordinating the groups of an offsets partition whose log went offline:
+        parked requests and new ones get NOT_COORDINATOR, timers leave them alone."""
+        if partition in self._unloaded:
+            return
+        self._unloaded.add(partition)
+        for group in self._manager.groups.values():
+            if self.partition_for(group.group_id) == partition:
+                self._rebalancer.close(group)
+
+    def owns(self, group_id: str) -> bool:
+        """Whether this coordinator serves the group (its partition is online)."""
+        return self.partition_for(group_id) not in self._unloaded
+
     def close(self) -> None:
         """Answer every parked request with NOT_COORDINATOR and refuse new ones."""
         self._closed = True
@@ -114,16 +131,17 @@ class GroupCoordinator:
         if self._closed or not self._manager.loaded:
             return
         for group in list(self._manager.groups.values()):
-            self._rebalancer.expire(group)
+            if self.owns(group.group_id):
+                self._rebalancer.expire(group)
         now = self._clock.monotonic_ms()
         if now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
-            await self._manager.expire_offsets()
+            await self._manager.expire_offsets(self.owns)
         await self._rebalancer.flush()
 
     async def expire_offsets(self) -> int:
         """Run the retention check now; returns the number of tombstones written."""
-        return await self._manager.expire_offsets()
+        return await self._manager.expire_offsets(self.owns)
 
     def group(self, group_id: str) -> GroupMetadata | None:
         """The live metadata of a group (tests and tools; do not mutate)."""
@@ -136,6 +154,8 @@ class GroupCoordinator:
             return ErrorCode.coordinator_not_available
         if not self._manager.loaded:
             return ErrorCode.coordinator_load_in_progress
+        if group_id and not self.owns(group_id):
+            return ErrorCode.not_coordinator
         return None
 
     # -- JoinGroup

@@ -12,7 +12,7 @@ are written (`store_txn_offsets`, then `complete_txn`) and when the log is repla
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
@@ -36,11 +36,12 @@ from onceflow.coordinator.group.offsets import (
 )
 from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.coordinator.group.state import GroupState
+from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import InvariantViolation
 from onceflow.records.control import ControlType
 
-log = logging.getLogger(__name__)
+_logger = log = logging.getLogger(__name__)
 
 # Storage errors as a client should see them, following Kafka: "try another coordinator"
 # for unavailable or lost partitions, a size error for commits that cannot fit.
@@ -62,6 +63,9 @@ def append_error(exc: Exception, *, offsets: bool) -> ErrorCode:
     """The code a failed append of offsets (or of group metadata) is reported with."""
     if isinstance(exc, InvariantViolation):
         raise exc
+    storage = storage_error_code(exc)
+    if storage is not None:
+        return storage
     if isinstance(exc, KafkaError):
         code = exc.code
     elif isinstance(exc, OSError):
@@ -76,6 +80,7 @@ def append_error(exc: Exception, *, offsets: bool) -> ErrorCode:
 class GroupMetadataManager:
     def __init__(self, log: OffsetsLog, clock: Clock, config: GroupCoordinatorConfig) -> None:
         self._log = log
+        self._write_failures = WriteFailureLog(_logger, "writes to __consumer_offsets")
         self._clock = clock
         self._config = config
         self.groups: dict[str, GroupMetadata] = {}
@@ -185,8 +190,18 @@ class GroupMetadataManager:
         """
         seq = self._take_seq(len(records))
         batch = encode_batch(records, self._clock.now_ms())
-        await self._log.append(self.partition_for(group_id), batch)
+        await self._logged(self._log.append(self.partition_for(group_id), batch), group_id)
         return seq
+
+    async def _logged(self, append: Awaitable[object], group_id: str) -> None:
+        """Await an append, noting failures in the write-failure log (one line per run)."""
+        try:
+            await append
+        except Exception as exc:
+            if storage_error_code(exc) is not None:
+                self._write_failures.failed(f"group {group_id}", exc)
+            raise
+        self._write_failures.succeeded()
 
     async def store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> ErrorCode:
         """Persist the group as it is now, with these assignments; NONE once durable."""
@@ -197,9 +212,7 @@ class GroupMetadataManager:
         try:
             await self._append(group_id, [entry])
         except Exception as exc:
-            code = append_error(exc, offsets=False)
-            log.warning("writing metadata of group %s failed: %r", group_id, exc)
-            return code
+            return append_error(exc, offsets=False)
         return ErrorCode.none
 
     def _too_large(
@@ -237,9 +250,7 @@ class GroupMetadataManager:
         except Exception as exc:
             for tp in accepted:
                 group.offsets.complete(tp, None)
-            code = append_error(exc, offsets=True)
-            log.warning("committing offsets of group %s failed: %r", group.group_id, exc)
-            return errors | dict.fromkeys(accepted, code)
+            return errors | dict.fromkeys(accepted, append_error(exc, offsets=True))
         for i, (tp, value) in enumerate(accepted.items()):
             group.offsets.complete(tp, CommittedOffset(value, seq + i))
         return errors | dict.fromkeys(accepted, ErrorCode.none)
@@ -278,13 +289,16 @@ class GroupMetadataManager:
         self._txn_groups.setdefault(producer_id, set()).add(group_id)
         append = group.offsets.begin_txn_append(producer_id, entries)
         try:
-            await self._log.append(self.partition_for(group_id), batch, transactional_id)
+            await self._logged(
+                self._log.append(self.partition_for(group_id), batch, transactional_id), group_id
+            )
         except Exception as exc:
             group.offsets.finish_txn_append(append, appended=False)
             self._forget_producer(producer_id, group)
             code = append_error(exc, offsets=True)
             code = _TXN_RETRY.get(code, code)
-            log.warning("transactional commit of group %s failed: %r", group_id, exc)
+            if storage_error_code(exc) is None:
+                log.warning("transactional commit of group %s failed: %r", group_id, exc)
             return errors | dict.fromkeys(accepted, code)
         group.offsets.finish_txn_append(append, appended=True)
         self._forget_producer(producer_id, group)
@@ -346,11 +360,12 @@ class GroupMetadataManager:
 
     # -- retention
 
-    async def expire_offsets(self) -> int:
-        """Drop offsets past retention and groups left with nothing; write their tombstones."""
+    async def expire_offsets(self, owns: Callable[[str], bool] = lambda _: True) -> int:
+        """Drop offsets past retention and groups left with nothing; write their tombstones.
+        Only groups that `owns` (the partitions still coordinated here)."""
         now = self._clock.now_ms()
         removed = 0
-        for group in list(self.groups.values()):
+        for group in [g for g in self.groups.values() if owns(g.group_id)]:
             tombstones: list[KeyValue] = []
             for tp in self._expired(group, now):
                 group.offsets.remove(tp)
@@ -366,7 +381,6 @@ class GroupMetadataManager:
                 await self._append(group.group_id, tombstones)
             except Exception as exc:  # the next load brings them back; they expire again
                 append_error(exc, offsets=True)
-                log.warning("writing tombstones of group %s failed: %r", group.group_id, exc)
         return removed
 
     def _expired(self, group: GroupMetadata, now: int) -> list[TopicPartition]:

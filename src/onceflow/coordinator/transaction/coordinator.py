@@ -40,13 +40,16 @@ from onceflow.coordinator.transaction.metadata import (
 )
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
+from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.builder import build_batch
 
 log = logging.getLogger(__name__)
 
-# How long to wait before retrying markers or a log append that failed.
+# How long to wait before retrying markers or a log append that failed: doubled after each
+# failure up to the maximum, so a full disk is not hammered (nor the log flooded) for hours.
 RETRY_BACKOFF_S = 0.2
+MAX_RETRY_BACKOFF_S = 5.0
 # How long AddPartitionsToTxn waits for the previous transaction's markers before answering
 # CONCURRENT_TRANSACTIONS (Kafka answers at once). The markers take a few ms; the client's
 # fixed backoff after that error is 20 ms in librdkafka, a fifth of a 100 ms transaction.
@@ -115,9 +118,30 @@ class TransactionCoordinator:
         # and Complete record are written.
         self._ending: dict[str, asyncio.Future[None]] = {}
         self._closed = False
+        # __transaction_state partitions whose log went offline: their ids are not
+        # coordinated here (NOT_COORDINATOR) until a restart reloads them from disk.
+        self._unloaded: set[int] = set()
+        self._log_failures = WriteFailureLog(log, "writes to __transaction_state")
+        self._marker_failures = WriteFailureLog(log, "transaction markers")
 
     def partition_for(self, transactional_id: str) -> int:
         return txn_partition_for(transactional_id, self.config.num_partitions)
+
+    def owns(self, transactional_id: str) -> bool:
+        """Whether this coordinator serves the id (its log partition is online)."""
+        return self.partition_for(transactional_id) not in self._unloaded
+
+    def unload(self, partition: int) -> None:
+        """Stop coordinating the ids of a log partition that went offline. Their state in
+        memory was all durable when it was applied, but the log may now hold more (a record
+        whose fsync failed may still be on disk): only the restart's reload knows."""
+        if partition not in self._unloaded:
+            self._unloaded.add(partition)
+            log.error(
+                "transaction coordinator: __transaction_state-%d is offline; its "
+                "transactional ids answer NOT_COORDINATOR until a restart",
+                partition,
+            )
 
     # ---- loading ---------------------------------------------------------------------
 
@@ -155,13 +179,20 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.invalid_request)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
+        if not self.owns(transactional_id):
+            return InitResult(ErrorCode.not_coordinator)
         now = self._clock.now_ms()
         meta = self.txns.get(transactional_id)
         if meta is None:
+            try:
+                producer_id = self._producer_ids.next_id()
+            except OSError as exc:
+                self._log_failures.failed("producer id block", exc)
+                return InitResult(ErrorCode.coordinator_not_available)
             meta = TransactionMetadata(
                 TxnTransit(
                     transactional_id,
-                    self._producer_ids.next_id(),
+                    producer_id,
                     NO_PRODUCER_ID,
                     NO_PRODUCER_EPOCH,
                     NO_PRODUCER_EPOCH,
@@ -188,8 +219,13 @@ class TransactionCoordinator:
                 error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
         if meta.epoch_exhausted and (not expected or expected_epoch == meta.producer_epoch):
+            try:
+                new_id = self._producer_ids.next_id()
+            except OSError as exc:
+                self._log_failures.failed("producer id block", exc)
+                return InitResult(ErrorCode.coordinator_not_available)
             changes: dict[str, object] = {
-                "producer_id": self._producer_ids.next_id(),
+                "producer_id": new_id,
                 "last_producer_id": meta.producer_id,
                 "producer_epoch": 0,
                 "last_producer_epoch": meta.producer_epoch if expected else NO_PRODUCER_EPOCH,
@@ -311,7 +347,7 @@ class TransactionCoordinator:
             return
         now = self._clock.now_ms()
         for meta in list(self.txns.values()):
-            if meta.pending is not None:
+            if meta.pending is not None or not self.owns(meta.transactional_id):
                 continue
             if meta.state == TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
                 log.info(
@@ -332,7 +368,7 @@ class TransactionCoordinator:
             await self._append(transit, tombstone=True)
         except Exception as exc:
             meta.abandon()
-            log.warning("could not expire %s: %s", meta.transactional_id, exc)
+            self._log_failures.failed(f"expiring {meta.transactional_id}", exc)
             return
         meta.complete(transit)
         self.txns.pop(meta.transactional_id, None)
@@ -345,6 +381,8 @@ class TransactionCoordinator:
     ) -> tuple[TransactionMetadata | None, ErrorCode]:
         if not transactional_id:
             return None, ErrorCode.invalid_request
+        if not self.owns(transactional_id):
+            return None, ErrorCode.not_coordinator
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return None, ErrorCode.invalid_producer_id_mapping
@@ -394,7 +432,11 @@ class TransactionCoordinator:
         self._spawn(finish())
 
     async def _finish(self, meta: TransactionMetadata, commit: bool) -> None:
-        """Write every marker, then log the Complete state; retry until both succeed."""
+        """Write every marker, then log the Complete state; retry until both succeed.
+
+        The markers go on even if this id's log partition went offline: they release the
+        data partitions' last stable offsets, and a restart writes them again harmlessly."""
+        backoff = RETRY_BACKOFF_S
         while not self._closed:
             try:
                 await self._markers.write_markers(
@@ -404,18 +446,23 @@ class TransactionCoordinator:
                     commit,
                     frozenset(meta.partitions),
                 )
-                break
             except Exception as exc:
-                log.warning("markers for %s failed, retrying: %s", meta.transactional_id, exc)
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                self._marker_failures.failed(meta.transactional_id, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
+                continue
+            self._marker_failures.succeeded()
+            break
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        while not self._closed:
+        backoff = RETRY_BACKOFF_S
+        while not self._closed and self.owns(meta.transactional_id):
             error = await self._transition(
                 meta, target, partitions=frozenset(), update_ms=self._clock.now_ms()
             )
             if error is ErrorCode.none:
                 return
-            await asyncio.sleep(RETRY_BACKOFF_S)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
 
     async def _transition(
         self, meta: TransactionMetadata, state: TxnState, **changes: object
@@ -438,8 +485,15 @@ class TransactionCoordinator:
                 await self._append(transit)
             except Exception as exc:
                 meta.abandon()
-                log.warning("transaction log append for %s failed: %s", meta.transactional_id, exc)
-                return ErrorCode.coordinator_not_available
+                code = storage_error_code(exc)
+                if code is None:
+                    log.warning(
+                        "transaction log append for %s failed: %s", meta.transactional_id, exc
+                    )
+                    return ErrorCode.coordinator_not_available
+                self._log_failures.failed(meta.transactional_id, exc)
+                return code
+            self._log_failures.succeeded()
             meta.complete(transit)
             if then is not None:
                 then()

@@ -10,7 +10,8 @@ import struct
 from array import array
 from bisect import bisect_right
 
-from onceflow.storage.fs import FileHandle, FileSystem, write_if_changed
+from onceflow.storage.fs import FileSystem
+from onceflow.storage.indexes.file import IndexFile
 
 ENTRY = struct.Struct(">ii")
 
@@ -22,13 +23,8 @@ class OffsetIndex:
         self._fs = fs
         self.offsets = array("q")
         self.positions = array("q")
-        self._file: FileHandle | None = None
+        self._file = IndexFile(fs, path)
         self._rebuilding = False  # entries kept in memory only until `rewrite`
-
-    def _handle(self) -> FileHandle:
-        if self._file is None:
-            self._file = self._fs.open(self.path)
-        return self._file
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -58,7 +54,7 @@ class OffsetIndex:
         self.offsets.append(offset)
         self.positions.append(position)
         if not self._rebuilding:
-            self._handle().append(ENTRY.pack(offset - self.base_offset, position))
+            self._file.append(ENTRY.pack(offset - self.base_offset, position))
 
     def start_rebuild(self) -> None:
         """Forget every entry; appends stay in memory until `rewrite` stores them."""
@@ -79,8 +75,7 @@ class OffsetIndex:
         self._rebuilding = False
         self.offsets = array("q", (o for o, _ in entries))
         self.positions = array("q", (p for _, p in entries))
-        data = b"".join(ENTRY.pack(o - self.base_offset, p) for o, p in entries)
-        write_if_changed(self._fs, self.path, data)
+        self._file.replace(self._encode())
 
     def finish_rebuild(self) -> None:
         self.rewrite(list(zip(self.offsets, self.positions, strict=True)))
@@ -92,10 +87,13 @@ class OffsetIndex:
             self.rewrite(list(zip(self.offsets[:keep], self.positions[:keep], strict=True)))
 
     def fsync(self) -> None:
-        if self._file is not None:
-            self._file.fsync()
+        self._file.sync(self._encode)
+
+    def _encode(self) -> bytes:
+        return b"".join(
+            ENTRY.pack(o - self.base_offset, p)
+            for o, p in zip(self.offsets, self.positions, strict=True)
+        )
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()

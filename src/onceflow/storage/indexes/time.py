@@ -10,7 +10,8 @@ import struct
 from array import array
 from bisect import bisect_left
 
-from onceflow.storage.fs import FileHandle, FileSystem, write_if_changed
+from onceflow.storage.fs import FileSystem
+from onceflow.storage.indexes.file import IndexFile
 
 ENTRY = struct.Struct(">qi")
 
@@ -22,13 +23,8 @@ class TimeIndex:
         self._fs = fs
         self.timestamps = array("q")
         self.offsets = array("q")
-        self._file: FileHandle | None = None
+        self._file = IndexFile(fs, path)
         self._rebuilding = False  # entries kept in memory only until `rewrite`
-
-    def _handle(self) -> FileHandle:
-        if self._file is None:
-            self._file = self._fs.open(self.path)
-        return self._file
 
     def __len__(self) -> int:
         return len(self.timestamps)
@@ -56,7 +52,7 @@ class TimeIndex:
         self.timestamps.append(timestamp)
         self.offsets.append(offset)
         if not self._rebuilding:
-            self._handle().append(ENTRY.pack(timestamp, offset - self.base_offset))
+            self._file.append(ENTRY.pack(timestamp, offset - self.base_offset))
 
     def start_rebuild(self) -> None:
         """Forget every entry; appends stay in memory until `rewrite` stores them."""
@@ -80,17 +76,19 @@ class TimeIndex:
         self._rebuilding = False
         self.timestamps = array("q", (t for t, _ in entries))
         self.offsets = array("q", (o for _, o in entries))
-        data = b"".join(ENTRY.pack(t, o - self.base_offset) for t, o in entries)
-        write_if_changed(self._fs, self.path, data)
+        self._file.replace(self._encode())
 
     def finish_rebuild(self) -> None:
         self.rewrite(list(zip(self.timestamps, self.offsets, strict=True)))
 
     def fsync(self) -> None:
-        if self._file is not None:
-            self._file.fsync()
+        self._file.sync(self._encode)
+
+    def _encode(self) -> bytes:
+        return b"".join(
+            ENTRY.pack(t, o - self.base_offset)
+            for t, o in zip(self.timestamps, self.offsets, strict=True)
+        )
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()

@@ -12,7 +12,7 @@ import os
 import struct
 from typing import NamedTuple
 
-from onceflow.storage.fs import FileHandle, FileSystem
+from onceflow.storage.fs import FileHandle, FileSystem, TornWrite
 
 ENTRY = struct.Struct(">hqqqq")
 VERSION = 0
@@ -49,15 +49,36 @@ class TxnIndex:
         return True
 
     def append(self, entry: AbortedTxn) -> None:
-        self.entries.append(entry)
+        """Add an entry to the file and then to memory; raises OSError with neither done.
+
+        Unlike the sparse indexes, this one may not lack an entry: a missing file means "no
+        aborted transactions here", so the marker it indexes is written only after it.
+        """
         if self._file is None:
             created = not self._fs.exists(self.path)
-            self._file = self._fs.open(self.path)
+            handle = self._fs.open(self.path)
             if created:
                 # A snapshot taken later covers this entry: the file must not vanish in a
                 # crash, or replay from that snapshot would never rebuild the entry.
-                self._fs.fsync_dir(os.path.dirname(self.path) or ".")
+                try:
+                    self._fs.fsync_dir(os.path.dirname(self.path) or ".")
+                except OSError:
+                    handle.close()
+                    raise
+            self._file = handle
         self._file.append(ENTRY.pack(VERSION, *entry))
+        self.entries.append(entry)
+
+    def drop_last(self) -> None:
+        """Take back the last entry (its marker could not be written)."""
+        self.entries.pop()
+        assert self._file is not None
+        try:
+            self._file.truncate(self._file.size() - ENTRY.size)
+        except OSError as exc:
+            raise TornWrite(
+                exc.errno, f"{self.path} keeps an entry for a marker never written: {exc}"
+            ) from exc
 
     def rewrite(self, entries: list[AbortedTxn]) -> None:
         self.close()

@@ -1,0 +1,136 @@
+"""The free-space guard of a log dir: client writes stop before the disk is full.
+
+Below the threshold, produce requests are refused with a retriable error while the broker's
+own writes go on: transaction markers, the transaction log and offset commits, which finish
+what is in flight, so no transaction hangs because data filled the disk. The threshold is the
+smaller of `onceflow.log.dir.min.free.bytes` and `onceflow.log.dir.min.free.percent` of the
+file system, so a big disk does not keep a percentage idle and a small one is not refused
+outright by an absolute default.
+
+Free space is read with statvfs, not on every request: the guard counts the bytes written
+since the last reading and reads again once they could have eaten half the margin left
+above the threshold, or after a second, whichever comes first. Near the threshold that is
+every request, far from it almost never.
+
+States, one log line per change:
+    ok    free space at or above the threshold
+    low   below it: client writes refused, the broker's own still written
+    full  a write failed for lack of space (and was cut back); left once a reading finds
+          the threshold met and more space than at the failure (by 1 MiB, or 1 % of a
+          small disk), so a disk at its last bytes does not flap between full and ok
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+from onceflow.clock import Clock
+from onceflow.storage.failures import OutOfSpace
+from onceflow.storage.fs import DiskUsage, FileSystem
+
+log = logging.getLogger(__name__)
+
+RECHECK_MS = 1000
+FULL_EXIT_MARGIN = 1 << 20
+
+
+class DiskState(enum.Enum):
+    OK = "ok"
+    LOW = "low"
+    FULL = "full"
+
+
+class DiskSpaceGuard:
+    def __init__(
+        self,
+        fs: FileSystem,
+        path: str,
+        clock: Clock,
+        min_free_bytes: int,
+        min_free_percent: float,
+    ) -> None:
+        self._fs = fs
+        self._path = path
+        self._clock = clock
+        self.min_free_bytes = min_free_bytes
+        self.min_free_percent = min_free_percent
+        self.state = DiskState.OK
+        self.usage = DiskUsage(0, 0)
+        self._checked_ms: int | None = None
+        self._written = 0  # bytes written since the last reading
+        self._free_when_full = 0
+
+    @property
+    def threshold(self) -> int:
+        return int(min(self.min_free_bytes, self.usage.total * self.min_free_percent / 100))
+
+    @property
+    def estimated_free(self) -> int:
+        return max(0, self.usage.free - self._written)
+
+    def note_written(self, nbytes: int) -> None:
+        self._written += nbytes
+
+    def note_out_of_space(self) -> None:
+        self._read()
+        self._free_when_full = self.usage.free
+        self._set(DiskState.FULL, "a write failed: no space left on the device")
+
+    def refresh(self, force: bool = False) -> DiskState:
+        """Read the free space if it is due, and move to the state it implies."""
+        now = self._clock.monotonic_ms()
+        margin = self.usage.free - self.threshold
+        due = (
+            force
+            or self._checked_ms is None
+            or now - self._checked_ms >= RECHECK_MS
+            or self._written * 2 >= margin
+        )
+        if not due or not self._read():
+            return self.state
+        free = self.usage.free
+        if self.state is DiskState.FULL:
+            margin = min(FULL_EXIT_MARGIN, self.usage.total // 100)
+            if free < self._free_when_full + margin:
+                return self.state
+        if free >= self.threshold:
+            self._set(DiskState.OK, "free space is at or above the threshold")
+        elif self.state is not DiskState.LOW:
+            self._set(DiskState.LOW, "free space is below the threshold")
+        return self.state
+
+    def _read(self) -> bool:
+        try:
+            self.usage = self._fs.disk_usage(self._path)
+        except OSError as exc:
+            log.warning("cannot read the free space of %s: %s", self._path, exc)
+            return False
+        self._checked_ms = self._clock.monotonic_ms()
+        self._written = 0
+        return True
+
+    def admit_client_write(self) -> None:
+        """Raise the retriable OutOfSpace unless client data may be written now."""
+        if self.refresh() is DiskState.OK:
+            return
+        raise OutOfSpace(self.describe())
+
+    def describe(self) -> str:
+        usage = self.usage
+        return (
+            f"log dir {self._path} is {self.state.value}: {usage.free} bytes free of "
+            f"{usage.total}, below the threshold of {self.threshold} bytes "
+            "(onceflow.log.dir.min.free.bytes/percent); produce requests are refused until "
+            "space is freed"
+        )
+
+    def _set(self, state: DiskState, why: str) -> None:
+        if state is self.state:
+            return
+        previous, self.state = self.state, state
+        usage = self.usage
+        message = "log dir %s: %s -> %s (%s; %d of %d bytes free, threshold %d)"
+        args = (self._path, previous.value, state.value, why, usage.free, usage.total)
+        level = logging.INFO if state is DiskState.OK else logging.WARNING
+        log.log(level, message, *args, self.threshold)
