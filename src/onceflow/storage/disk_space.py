@@ -17,7 +17,8 @@ States, one log line per change:
     low   below it: client writes refused, the broker's own still written
     full  a write failed for lack of space (and was cut back); left once a reading finds
           the threshold met and more space than at the failure (by 1 MiB, or 1 % of a
-          small disk), so a disk at its last bytes does not flap between full and ok
+          small disk), so a disk at its last bytes does not flap between full and ok; or
+          after 10 s, for a failure statvfs cannot see (a quota, no inodes left)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 RECHECK_MS = 1000
 FULL_EXIT_MARGIN = 1 << 20
+FULL_HOLD_MS = 10_000
 
 
 class DiskState(enum.Enum):
@@ -60,6 +62,7 @@ class DiskSpaceGuard:
         self._checked_ms: int | None = None
         self._written = 0  # bytes written since the last reading
         self._free_when_full = 0
+        self._full_since_ms = 0
 
     @property
     def threshold(self) -> int:
@@ -75,6 +78,7 @@ class DiskSpaceGuard:
     def note_out_of_space(self) -> None:
         self._read()
         self._free_when_full = self.usage.free
+        self._full_since_ms = self._clock.monotonic_ms()
         self._set(DiskState.FULL, "a write failed: no space left on the device")
 
     def refresh(self, force: bool = False) -> DiskState:
@@ -92,7 +96,8 @@ class DiskSpaceGuard:
         free = self.usage.free
         if self.state is DiskState.FULL:
             margin = min(FULL_EXIT_MARGIN, self.usage.total // 100)
-            if free < self._free_when_full + margin:
+            held = now - self._full_since_ms >= FULL_HOLD_MS
+            if free < self._free_when_full + margin and not held:
                 return self.state
         if free >= self.threshold:
             self._set(DiskState.OK, "free space is at or above the threshold")

@@ -138,8 +138,14 @@ class LogManager:
         start then recovers from the files, trusting nothing the failure may have left."""
         self.flush_all()
         self.checkpoint_recovery_points()
-        for plog in self.logs.values():
-            plog.close()
+        unsnapshotted = [plog.name for plog in self.logs.values() if not plog.close()]
+        if unsnapshotted:
+            log.warning(
+                "producer snapshots of %d partitions not written at shutdown (e.g. %s); "
+                "the next start replays their logs instead",
+                len(unsnapshotted),
+                unsnapshotted[0],
+            )
         for plog in self.deleted_logs:
             plog.close_retired(force=True)
         offline = self.offline_logs

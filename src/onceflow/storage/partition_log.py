@@ -551,7 +551,18 @@ class PartitionLog:
         the recovered log end describes data that is still there.
         """
         state = self.producer_state
-        loaded = [segment.txn_index.load() for segment in self.segments]
+        # An entry names its ABORT marker, which is in this segment and after the
+        # transaction's first offset; one that does not (zeros where an fsync failed) makes
+        # the file untrusted, and everything is replayed.
+        loaded = [
+            segment.txn_index.load()
+            and all(
+                e.first_offset < e.last_offset
+                and segment.base_offset <= e.last_offset < segment.next_offset
+                for e in segment.txn_index.entries
+            )
+            for segment in self.segments
+        ]
         start = state.load_snapshot(self.log_end_offset if all(loaded) else -1)
         replayed: list[tuple[BatchHeader, tuple[bool, int] | None]] = []
         for segment in self.segments:
@@ -569,7 +580,15 @@ class PartitionLog:
         state.advance(self.log_end_offset)
         aborted = [c for c in completed if c.aborted]
         for index, segment in enumerate(self.segments):
-            if segment.next_offset <= start and loaded[index]:
+            entries = segment.txn_index.entries
+            # An entry may outlive its marker: the .txnindex entry is written first, and a
+            # crash can keep it while tearing off the marker (an empty active segment then
+            # still ends at the snapshot). Such a segment is not skipped.
+            if (
+                loaded[index]
+                and segment.next_offset <= start
+                and all(e.last_offset < start for e in entries)
+            ):
                 continue
             kept = [e for e in segment.txn_index.entries if e.last_offset < start]
             upper = self.segments[index + 1].base_offset if index + 1 < len(self.segments) else None
@@ -631,17 +650,20 @@ class PartitionLog:
                     out.append((entry.producer_id, entry.first_offset))
         return out
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Close after a flush: the producer snapshot at the end spares the next start a
-        replay."""
+        replay. Returns False if that snapshot could not be written (the next start
+        replays instead); the caller reports it."""
+        written = True
         if not self.deleted and self.offline is None:
             try:
                 self.producer_state.take_snapshot()
-            except OSError as exc:
-                log.warning("%s: producer snapshot not written (%s)", self.name, exc)
+            except OSError:
+                written = False
         for segment in self.segments:
             segment.close()
         self.close_retired(force=True)
+        return written
 
     def delete(self) -> None:
         """Remove the partition's files; descriptors close after the delete delay."""
