@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 import uuid
 from collections import defaultdict
@@ -200,3 +202,32 @@ def test_unknown_topic_without_auto_create(broker_factory) -> None:  # type: ign
             admin.delete_topics([missing], timeout_ms=TIMEOUT_MS)
     finally:
         admin.close()
+
+
+def test_describe_log_dirs_reports_sizes_and_free_space(
+    admin: KafkaAdminClient, shared_broker: BrokerProcess
+) -> None:
+    """DescribeLogDirs (kafka-log-dirs.sh's API): the data dir, each partition's size, and
+    (v4) the file system's total and usable bytes that the free-space threshold acts on."""
+    name = _create(admin, 2)
+    producer = _producer(shared_broker.bootstrap)
+    for i in range(20):
+        producer.send(name, value=b"x" * 100, partition=i % 2)
+    producer.flush(timeout=TIMEOUT_S)
+    producer.close()
+    answers = admin.describe_log_dirs()
+    dirs = [d for answer in answers for d in answer["log_dirs"]]
+    assert len(dirs) == 1
+    log_dir = dirs[0]
+    assert log_dir["error_code"] == 0
+    assert log_dir["log_dir"] == os.path.abspath(shared_broker.data_dir)
+    sizes = {
+        p["partition_index"]: p["partition_size"]
+        for t in log_dir["topics"]
+        if t["name"] == name
+        for p in t["partitions"]
+    }
+    assert sorted(sizes) == [0, 1] and all(size > 1000 for size in sizes.values())
+    usage = shutil.disk_usage(shared_broker.data_dir)
+    assert log_dir["total_bytes"] == usage.total
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource, ConfigSource
 from tests.helpers.clients import QUIET_LOGGER
 
-from onceflow.cli import consume, topics
+from onceflow.cli import consume, log_dirs, topics
 from onceflow.cli.main import build_parser, main
 
 QUIET = {"logger": QUIET_LOGGER, "log_level": 0}
@@ -506,6 +506,7 @@ def admin(monkeypatch: pytest.MonkeyPatch) -> FakeAdmin:
         return fake
 
     monkeypatch.setattr(topics, "connect_admin", connect)
+    monkeypatch.setattr(topics, "log_dir_lines", lambda *_: ["LogDir: /data\tBroker: 1"])
     return fake
 
 
@@ -571,6 +572,24 @@ def test_describe_shows_overrides(admin: FakeAdmin, capsys: pytest.CaptureFixtur
         "Topic: orders\tPartitionCount: 1\tReplicationFactor: 1\t"
         "Configs: cleanup.policy=compact,retention.ms=60000,sasl.secret=(sensitive)",
         "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
+        "LogDir: /data\tBroker: 1",
     ]
     assert main(["topics", "describe", "--all-configs"]) == 0
     assert "segment.bytes=1073741824" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("usable", "state"),
+    [(8 << 20, "ok"), (2 << 20, "low (produce refused)"), (0, "full")],
+)
+def test_a_log_dir_shows_its_space_against_the_threshold(usable: int, state: str) -> None:
+    result = SimpleNamespace(
+        log_dir="/data", error_code=0, total_bytes=12 << 20, usable_bytes=usable
+    )
+    line = log_dirs._render(0, result, (3 << 20, 100.0))
+    assert line.startswith(f"LogDir: /data\tBroker: 0\tState: {state}\t")
+    assert line.endswith("\tTotal: 12.0 MiB\tThreshold: 3.0 MiB")
+    # Against Kafka (no threshold config) only the space is shown.
+    assert "Threshold" not in log_dirs._render(0, result, None)
+    offline = SimpleNamespace(log_dir="/data", error_code=56, total_bytes=-1, usable_bytes=-1)
+    assert log_dirs._render(0, offline, None).endswith("State: offline (KAFKA_STORAGE_ERROR)")

@@ -66,6 +66,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     WRITE_TXN_MARKERS: (1, 2),
 }
 API_NAMES: dict[int, str] = {
@@ -74,6 +75,7 @@ API_NAMES: dict[int, str] = {
     ApiKey.DESCRIBE_PRODUCERS: "DescribeProducers",
     ApiKey.DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     ApiKey.LIST_TRANSACTIONS: "ListTransactions",
+    ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     WRITE_TXN_MARKERS: "WriteTxnMarkers",
 }
 

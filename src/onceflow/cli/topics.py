@@ -1,7 +1,8 @@
 """`onceflow topics create|list|describe|delete`: topic administration over the Kafka protocol.
 
-Only `confluent_kafka.admin.AdminClient` is used, never Onceflow's internals, so the same
-commands manage an Apache Kafka cluster. Topic listings come from a metadata request for all
+Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and kafka_wire for
+DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
+cluster. Topic listings come from a metadata request for all
 topics: asking for one topic by name could auto-create it on a broker that allows that.
 """
 
@@ -29,6 +30,7 @@ from onceflow.cli.common import (
     positive_int,
     probe_bootstrap,
 )
+from onceflow.cli.log_dirs import log_dir_lines
 
 __all__ = ["connect_admin", "register"]
 
@@ -253,4 +255,7 @@ def run_describe(args: argparse.Namespace) -> int:
             status = 1
     if missing:
         raise CliError(f"no such topic: {', '.join(missing)}")
+    # Where the partitions live, and whether the brokers still accept writes there.
+    for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args)):
+        print(line)
     return status
