@@ -69,6 +69,10 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
             f"127.0.0.1:{port}",
             "--override",
             "group.initial.rebalance.delay.ms=0",
+            # The demo writes a few MB: it should run on a laptop with less than the default
+            # 1 GiB free, where produce would otherwise be refused.
+            "--override",
+            f"onceflow.log.dir.min.free.bytes={64 << 20}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
