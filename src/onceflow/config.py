@@ -536,6 +536,10 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        _between(0, 100),
        "The free-space threshold as a percentage of the log dir's file system; the smaller "
        "of the two thresholds applies. 0 switches the check off."),
+    _K("onceflow.log.dir.ballast.bytes", "onceflow_log_dir_ballast_bytes", _LONG, _NON_NEGATIVE,
+       "Space reserved in the log dir (the file onceflow-ballast) and released the moment a "
+       "write finds the disk full anyway, so the broker's own writes can finish in-flight "
+       "transactions; made again once free space is back above the threshold. 0: none."),
     # --- group coordinator ---
     _K("offsets.topic.num.partitions", "offsets_topic_num_partitions", _INT, _POSITIVE,
        "Partitions of __consumer_offsets; fixed once the topic exists."),
@@ -699,6 +703,7 @@ class BrokerConfig:
     onceflow_fsync_on_ack: bool = True
     onceflow_log_dir_min_free_bytes: int = 1 << 30
     onceflow_log_dir_min_free_percent: float = 5.0
+    onceflow_log_dir_ballast_bytes: int = 16 << 20
     # group coordinator
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 104_857_600

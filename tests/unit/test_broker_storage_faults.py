@@ -308,3 +308,37 @@ def test_an_offline_offsets_partition_answers_not_coordinator_for_its_groups() -
         assert groups.owns(kept) and not groups.owns(lost)
 
     run(body)
+
+
+def test_on_a_disk_filled_by_someone_else_the_ballast_lets_transactions_finish(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another process took the last byte: the first write that fails releases the
+    ballast, and the coordinator's retried writes finish the transaction in its space."""
+
+    async def body(h: Harness) -> None:
+        coordinator = h.broker.txn_coordinator
+        ballast = h.broker.disk.ballast_path
+        assert len(h.fs.read_file(ballast)) == 64 * 1024
+        init = await coordinator.init_producer_id("tx", 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await coordinator.add_partitions("tx", pid, epoch, [(TOPIC, 0)]) is ErrorCode.none
+        h.fs.capacity = h.fs.used()  # full to the last byte
+        first = await coordinator.end_txn("tx", pid, epoch, commit=True)
+        assert first is ErrorCode.coordinator_not_available  # not written: retried
+        assert not h.fs.exists(ballast)
+        assert await coordinator.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none
+        for _ in range(100):
+            if coordinator.txns["tx"].state is TxnState.COMPLETE_COMMIT:
+                break
+            await asyncio.sleep(0.01)
+        assert coordinator.txns["tx"].state is TxnState.COMPLETE_COMMIT
+        assert (await h.produce(0))[0].error_code is ErrorCode.kafka_storage_error
+        assert "released the 65536-byte ballast" in caplog.text
+        # Space freed by the operator: produce resumes and the ballast is made again.
+        h.fs.capacity = h.fs.used() + 16 * MIB
+        h.clock.advance(RECHECK_MS)
+        assert (await h.produce(0))[0].error_code is ErrorCode.none
+        assert h.fs.exists(ballast)
+
+    run(body, onceflow_log_dir_ballast_bytes=64 * 1024)

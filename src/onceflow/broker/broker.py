@@ -67,6 +67,7 @@ class Broker:
             self.clock,
             config.onceflow_log_dir_min_free_bytes,
             config.onceflow_log_dir_min_free_percent,
+            config.onceflow_log_dir_ballast_bytes,
         )
         self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config, self.disk)
         self.logs.offline_listeners.append(self._log_offline)

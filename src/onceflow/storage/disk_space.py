@@ -12,6 +12,11 @@ since the last reading and reads again once they could have eaten half the margi
 above the threshold, or after a second, whichever comes first. Near the threshold that is
 every request, far from it almost never.
 
+The ballast (`onceflow.log.dir.ballast.bytes`, Redpanda's idea) is a file of reserved
+space in the log dir. When a write finds the disk full anyway (another process filled it),
+the guard deletes the ballast at once, so the broker's own writes that finish in-flight work
+still find room, and makes a new one once free space is back above the threshold.
+
 States, one log line per change:
     ok    free space at or above the threshold
     low   below it: client writes refused, the broker's own still written
@@ -23,8 +28,10 @@ States, one log line per change:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import os
 
 from onceflow.clock import Clock
 from onceflow.storage.failures import OutOfSpace
@@ -32,6 +39,7 @@ from onceflow.storage.fs import DiskUsage, FileSystem
 
 log = logging.getLogger(__name__)
 
+BALLAST_FILE = "onceflow-ballast"
 RECHECK_MS = 1000
 FULL_EXIT_MARGIN = 1 << 20
 FULL_HOLD_MS = 10_000
@@ -51,9 +59,13 @@ class DiskSpaceGuard:
         clock: Clock,
         min_free_bytes: int,
         min_free_percent: float,
+        ballast_bytes: int = 0,
     ) -> None:
         self._fs = fs
         self._path = path
+        self.ballast_bytes = ballast_bytes
+        self.ballast_path = os.path.join(path, BALLAST_FILE)
+        self._has_ballast: bool | None = None  # unknown until first looked for
         self._clock = clock
         self.min_free_bytes = min_free_bytes
         self.min_free_percent = min_free_percent
@@ -76,10 +88,48 @@ class DiskSpaceGuard:
         self._written += nbytes
 
     def note_out_of_space(self) -> None:
+        released = self._release_ballast()
         self._read()
         self._free_when_full = self.usage.free
         self._full_since_ms = self._clock.monotonic_ms()
-        self._set(DiskState.FULL, "a write failed: no space left on the device")
+        why = "a write failed: no space left on the device"
+        self._set(DiskState.FULL, why + ("; the ballast was released" if released else ""))
+
+    def _release_ballast(self) -> bool:
+        if not self._fs.exists(self.ballast_path):
+            return False
+        try:
+            self._fs.remove(self.ballast_path)
+        except OSError as exc:
+            log.warning("cannot release the ballast %s: %s", self.ballast_path, exc)
+            return False
+        self._has_ballast = False
+        log.warning(
+            "released the %d-byte ballast %s: the broker's own writes (markers, transaction "
+            "log, offset commits) have room again; free space to resume produce",
+            self.ballast_bytes,
+            self.ballast_path,
+        )
+        return True
+
+    def ensure_ballast(self) -> None:
+        """Make the ballast if it is missing and the disk can spare it above the threshold."""
+        if self.ballast_bytes <= 0 or self._has_ballast:
+            return
+        if self._has_ballast is None and self._fs.exists(self.ballast_path):
+            self._has_ballast = True  # left by an earlier run
+            return
+        if self.usage.free - self.ballast_bytes < self.threshold:
+            return  # not now: it would take the disk below the threshold
+        try:
+            self._fs.preallocate(self.ballast_path, self.ballast_bytes)
+        except OSError as exc:
+            log.warning("ballast %s not made: %s", self.ballast_path, exc)
+            with contextlib.suppress(OSError):
+                self._fs.remove(self.ballast_path)
+            return
+        self._has_ballast = True
+        self._read()
 
     def refresh(self, force: bool = False) -> DiskState:
         """Read the free space if it is due, and move to the state it implies."""
@@ -101,6 +151,7 @@ class DiskSpaceGuard:
                 return self.state
         if free >= self.threshold:
             self._set(DiskState.OK, "free space is at or above the threshold")
+            self.ensure_ballast()
         elif self.state is not DiskState.LOW:
             self._set(DiskState.LOW, "free space is below the threshold")
         return self.state

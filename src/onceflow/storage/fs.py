@@ -79,6 +79,10 @@ class FileSystem(Protocol):
         """Size and free space of the file system holding `path`."""
         ...
 
+    def preallocate(self, path: str, size: int) -> None:
+        """Create a file holding `size` bytes of disk (a ballast), durably, or nothing."""
+        ...
+
 
 def append_whole(
     write: Callable[[memoryview], int], cut: Callable[[int], None], size: int, data: object
@@ -199,6 +203,19 @@ class RealFileSystem:
     def disk_usage(self, path: str) -> DiskUsage:
         st = os.statvfs(path)
         return DiskUsage(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+    def preallocate(self, path: str, size: int) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)  # blocks allocated, nothing written
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            raise
+        os.close(fd)
+        self.fsync_dir(os.path.dirname(path) or ".")
 
 
 def write_if_changed(fs: FileSystem, path: str, data: bytes) -> None:
@@ -366,6 +383,9 @@ class SimFileSystem:
     def disk_usage(self, path: str) -> DiskUsage:
         total = self.capacity if self.capacity is not None else 1 << 40
         return DiskUsage(total, max(0, total - self.used()))
+
+    def preallocate(self, path: str, size: int) -> None:
+        self.write_file_atomic(path, bytes(size))
 
     def crash(self) -> None:
         """Lose every unsynced byte (tails cut at a random point) and unsynced names."""
