@@ -71,7 +71,8 @@ class DiskSpaceGuard:
         self.min_free_percent = min_free_percent
         self.state = DiskState.OK
         self.usage = DiskUsage(0, 0)
-        self._checked_ms: int | None = None
+        self._next_read_ms = 0  # statvfs is read again at this time, or ...
+        self._read_after_bytes = 0  # ... once this much was written since the last reading
         self._written = 0  # bytes written since the last reading
         self._free_when_full = 0
         self._full_since_ms = 0
@@ -134,14 +135,10 @@ class DiskSpaceGuard:
     def refresh(self, force: bool = False) -> DiskState:
         """Read the free space if it is due, and move to the state it implies."""
         now = self._clock.monotonic_ms()
-        margin = self.usage.free - self.threshold
-        due = (
-            force
-            or self._checked_ms is None
-            or now - self._checked_ms >= RECHECK_MS
-            or self._written * 2 >= margin
-        )
-        if not due or not self._read():
+        # The produce path calls this per partition: two comparisons when nothing is due.
+        if not force and now < self._next_read_ms and self._written < self._read_after_bytes:
+            return self.state
+        if not self._read():
             return self.state
         free = self.usage.free
         if self.state is DiskState.FULL:
@@ -162,7 +159,8 @@ class DiskSpaceGuard:
         except OSError as exc:
             log.warning("cannot read the free space of %s: %s", self._path, exc)
             return False
-        self._checked_ms = self._clock.monotonic_ms()
+        self._next_read_ms = self._clock.monotonic_ms() + RECHECK_MS
+        self._read_after_bytes = (self.usage.free - self.threshold) // 2
         self._written = 0
         return True
 

@@ -9,6 +9,7 @@ dir's free-space threshold, client data is refused with KAFKA_STORAGE_ERROR (ret
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,76 +29,75 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
-    results: list[list[_Outcome]] = []
+    topics: list[Any] = []
     for topic_data in request.topic_data:
-        outcomes: list[_Outcome] = []
+        partitions: list[Any] = []
         for data in topic_data.partition_data:
-            outcome = _Outcome(data.index)
+            error = ErrorCode.none
+            message = None
+            base_offset = -1
+            log_start = -1
+            append_time: datetime.datetime | None = None
             try:
-                outcome.set(_append(broker, request.transactional_id, topic_data.name, data, acks))
+                plog, result = _append(
+                    broker, request.transactional_id, topic_data.name, data, acks
+                )
+                base_offset, log_start = result.first_offset, result.log_start_offset
+                if result.log_append_time >= 0:
+                    append_time = datetime.datetime.fromtimestamp(
+                        result.log_append_time / 1000, datetime.UTC
+                    )
+                if acks == -1 and plog.config.durable:
+                    waits.append(broker.flusher.durable(plog, result.last_offset))
+                    waiting.append((len(topics), len(partitions)))
             except KafkaError as exc:
-                outcome.fail(exc)
-            else:
-                plog, last_offset = outcome.log, outcome.last_offset
-                if acks == -1 and plog is not None and plog.config.durable:
-                    waits.append(broker.flusher.durable(plog, last_offset))
-                    waiting.append((len(results), len(outcomes)))
-            outcomes.append(outcome)
-        results.append(outcomes)
-    names = [t.name for t in request.topic_data]
-    response = _response(ctx, names, results)
+                error, message = exc.code, exc.message
+            partitions.append(
+                ctx.entity(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=append_time,  # None (-1): the producer's CreateTime
+                    log_start_offset=log_start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(
+            ctx.entity(
+                "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
+            )
+        )
+    response = ctx.response(responses=tuple(topics), throttle_time=datetime.timedelta(0))
     if acks == 0:
         return NO_RESPONSE
     if not waits:
         return response
-
-    def finish(errors: list[KafkaError | None]) -> Any:
-        # An fsync that failed: those partitions were not made durable, so not acknowledged.
-        for (t, p), error in zip(waiting, errors, strict=True):
-            if error is not None:
-                results[t][p].fail(error)
-        return _response(ctx, names, results)
-
-    return Deferred(waits, response, finish)
+    return Deferred(waits, response, lambda errors: _unacknowledged(response, waiting, errors))
 
 
-class _Outcome:
-    """One partition's answer, kept until the response is built."""
-
-    __slots__ = (
-        "append_time",
-        "base_offset",
-        "error",
-        "index",
-        "last_offset",
-        "log",
-        "log_start",
-        "message",
-    )
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.error = ErrorCode.none
-        self.message: str | None = None
-        self.base_offset = -1
-        self.last_offset = -1
-        self.log_start = -1
-        self.append_time: datetime.datetime | None = None
-        self.log: PartitionLog | None = None
-
-    def set(self, appended: tuple[PartitionLog, AppendResult]) -> None:
-        self.log, result = appended
-        self.base_offset, self.last_offset = result.first_offset, result.last_offset
-        self.log_start = result.log_start_offset
-        if result.log_append_time >= 0:
-            self.append_time = datetime.datetime.fromtimestamp(
-                result.log_append_time / 1000, datetime.UTC
+def _unacknowledged(
+    response: Any, waiting: list[tuple[int, int]], errors: list[KafkaError | None]
+) -> Any:
+    """The response with an error for each partition whose fsync failed: its data was
+    never made durable, so it is not acknowledged."""
+    parts = [list(t.partition_responses) for t in response.responses]
+    for (t, p), error in zip(waiting, errors, strict=True):
+        if error is not None:
+            parts[t][p] = dataclasses.replace(
+                parts[t][p],
+                error_code=error.code,
+                error_message=error.message,
+                base_offset=-1,
+                log_start_offset=-1,
+                log_append_time=None,
             )
-
-    def fail(self, exc: KafkaError) -> None:
-        self.error, self.message = exc.code, exc.message
-        self.base_offset = self.log_start = -1
-        self.append_time = None
+    topics = tuple(
+        dataclasses.replace(topic, partition_responses=tuple(answers))
+        for topic, answers in zip(response.responses, parts, strict=True)
+    )
+    return dataclasses.replace(response, responses=topics)
 
 
 def _append(
@@ -131,30 +131,6 @@ def _append(
     result = plog.append_batches(records, headers)
     broker.appended(plog)
     return plog, result
-
-
-def _response(ctx: RequestContext, names: list[str], results: list[list[_Outcome]]) -> Any:
-    topics = tuple(
-        ctx.entity(
-            "TopicProduceResponse",
-            name=name,
-            partition_responses=tuple(
-                ctx.entity(
-                    "PartitionProduceResponse",
-                    index=o.index,
-                    error_code=o.error,
-                    base_offset=o.base_offset,
-                    log_append_time=o.append_time,  # None (-1): the producer's CreateTime
-                    log_start_offset=o.log_start,
-                    record_errors=(),
-                    error_message=o.message,
-                )
-                for o in outcomes
-            ),
-        )
-        for name, outcomes in zip(names, results, strict=True)
-    )
-    return ctx.response(responses=topics, throttle_time=datetime.timedelta(0))
 
 
 def require_keys(records: bytes, headers: list[BatchHeader]) -> None:
