@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java venv
+.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -24,6 +24,19 @@ check-java:
 	@command -v java >/dev/null 2>&1 || { \
 	  echo "error: the Spark connector and its tests need Java 17 on PATH (install a JDK 17)." >&2; exit 1; }
 
+# A cluster's metadata lives in ZooKeeper (Debian's package): installed where we may (as
+# root, with apt-get), otherwise a clear message says what to install.
+ZOOKEEPER_JAR ?= /usr/share/java/zookeeper.jar
+check-zookeeper:
+	@test -f $(ZOOKEEPER_JAR) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing ZooKeeper (Debian package zookeeper)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper >/dev/null; }; \
+	  fi; }
+	@test -f $(ZOOKEEPER_JAR) || { \
+	  echo "error: the cluster tests need ZooKeeper ($(ZOOKEEPER_JAR)): install Debian's 'zookeeper' package (sudo apt-get install zookeeper) or set ZOOKEEPER_JAR." >&2; exit 1; }
+
 run: $(STAMP) check-java
 	$(BIN)/python -m onceflow.demo $(ARGS)
 
@@ -36,7 +49,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint check-java
+test: lint check-java check-zookeeper
 	@$(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 

@@ -1,0 +1,188 @@
+"""The ZooKeeper layout of a cluster, in Kafka's own paths and JSON (its ZooKeeper era,
+`KafkaZkClient` and `ZkData` in apache/kafka 3.x), so tools that read Kafka's znodes read ours.
+
+Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
+
+    /brokers/ids/<id>                          ephemeral: a live broker and its endpoints
+    /controller                                ephemeral: the elected controller's id
+    /controller_epoch                          the controller epoch, bumped by each election
+    /brokers/topics/<topic>                    replica assignment of every partition
+    /brokers/topics/<topic>/partitions/<p>/state
+                                               leader, leader epoch, ISR, controller epoch
+    /latest_producer_id_block                  the last producer-id block handed out
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS)
+
+
+class CorruptZnode(ValueError):
+    """A znode whose value is not what Kafka writes there."""
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _load(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptZnode(f"{what}: not JSON: {raw[:80]!r}") from exc
+    if not isinstance(value, dict):
+        raise CorruptZnode(f"{what}: not a JSON object: {raw[:80]!r}")
+    return value
+
+
+def _dump(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    timestamp_ms: int
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": 5,
+                "host": self.host,
+                "port": self.port,
+                "jmx_port": -1,
+                "timestamp": str(self.timestamp_ms),
+                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "features": {},
+            }
+        )
+
+    @classmethod
+    def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
+        value = _load(raw, broker_path(broker_id))
+        try:
+            return cls(broker_id, str(value["host"]), int(value["port"]), int(value["timestamp"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(raw: bytes) -> int:
+    value = _load(raw, CONTROLLER)
+    try:
+        return int(value["brokerid"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptZnode(f"{CONTROLLER}: {exc!r}") from exc
+
+
+def decode_epoch(raw: bytes) -> int:
+    try:
+        return int(raw.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptZnode(f"{CONTROLLER_EPOCH}: {raw[:40]!r}") from exc
+
+
+def encode_assignment(topic_id: str, assignment: dict[int, list[int]]) -> bytes:
+    return _dump(
+        {
+            "version": 3,
+            "topic_id": topic_id,
+            "partitions": {str(p): replicas for p, replicas in sorted(assignment.items())},
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
+    )
+
+
+def decode_assignment(topic: str, raw: bytes) -> tuple[str, dict[int, list[int]]]:
+    value = _load(raw, topic_path(topic))
+    try:
+        partitions = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+        return str(value.get("topic_id", "")), partitions
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptZnode(f"{topic_path(topic)}: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Kafka's LeaderIsrAndControllerEpoch: who leads, since which epoch, who is in sync,
+    and which controller wrote it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": 1,
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "controller_epoch": self.controller_epoch,
+            }
+        )
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes) -> PartitionState:
+        value = _load(raw, path)
+        try:
+            return cls(
+                int(value["leader"]),
+                int(value["leader_epoch"]),
+                tuple(int(b) for b in value["isr"]),
+                int(value["controller_epoch"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptZnode(f"{path}: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """Ids [start, end] handed to one broker (Kafka writes both ends inclusive)."""
+
+    broker_id: int
+    start: int
+    end: int
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": 1,
+                "broker": self.broker_id,
+                "block_start": str(self.start),
+                "block_end": str(self.end),
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProducerIdBlock:
+        value = _load(raw, PRODUCER_ID_BLOCK)
+        try:
+            return cls(int(value["broker"]), int(value["block_start"]), int(value["block_end"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptZnode(f"{PRODUCER_ID_BLOCK}: {exc!r}") from exc
