@@ -378,7 +378,6 @@ _NON_NEGATIVE = _at_least(0)
 _POSITIVE = _at_least(1)
 _UNLIMITED_OR_NON_NEGATIVE = _Check("-1 (unlimited) or a value of at least 0", lambda v: v >= -1)
 _NON_EMPTY = _Check("at least one entry", lambda v: len(v) > 0)
-_SINGLE_REPLICA = _Check("1 (Onceflow is a single broker)", lambda v: v == 1)
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
@@ -455,13 +454,15 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "Partitions of an auto-created topic."),
     _K("auto.create.topics.enable", "auto_create_topics_enable", _BOOL, None,
        "Create a topic when a producer or Metadata request names an unknown one."),
-    _K("default.replication.factor", "default_replication_factor", _INT, _SINGLE_REPLICA,
-       "Replication factor of auto-created topics; one broker means 1."),
+    _K("default.replication.factor", "default_replication_factor", _INT, _POSITIVE,
+       "Replication factor of auto-created topics and of CreateTopics without one; a broker "
+       "without zookeeper.connect runs alone, so there it must be 1."),
     _K("delete.topic.enable", "delete_topic_enable", _BOOL, None,
        "Allow DeleteTopics."),
     _K("min.insync.replicas", "min_insync_replicas", _INT, _POSITIVE,
-       "Replicas that must hold a write for acks=all; above 1, such writes fail with "
-       "NOT_ENOUGH_REPLICAS as on a one-broker Kafka."),
+       "In-sync replicas that must hold a write for acks=all: with fewer in the ISR the write "
+       "is refused (NOT_ENOUGH_REPLICAS), or fails after its append if the ISR shrank while it "
+       "waited (NOT_ENOUGH_REPLICAS_AFTER_APPEND)."),
     _K("message.max.bytes", "message_max_bytes", _INT, _NON_NEGATIVE,
        "Largest record batch a topic accepts (topic key: max.message.bytes)."),
     _K("compression.type", "compression_type", _STRING, _one_of(*_COMPRESSION_TYPES),
@@ -540,6 +541,54 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "Space reserved in the log dir (the file onceflow-ballast) and released the moment a "
        "write finds the disk full anyway, so the broker's own writes can finish in-flight "
        "transactions; made again once free space is back above the threshold. 0: none."),
+    # --- cluster (ZooKeeper) ---
+    _K("zookeeper.connect", "zookeeper_connect", _STRING, None,
+       "ZooKeeper servers (HOST:PORT,...[/chroot]) holding the cluster's metadata. Unset: the "
+       "broker runs alone, as a cluster of one, with no ZooKeeper."),
+    _K("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", _INT, _POSITIVE,
+       "ZooKeeper session timeout: a broker silent this long is taken for dead and its "
+       "partitions get new leaders."),
+    _K("zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", _INT, _POSITIVE,
+       "How long startup waits to connect to ZooKeeper before it gives up with an error."),
+    _K("replica.lag.time.max.ms", "replica_lag_time_max_ms", _LONG, _POSITIVE,
+       "A follower that has not caught up with the leader's log end for this long leaves the "
+       "ISR; it rejoins once caught up."),
+    _K("replica.fetch.max.bytes", "replica_fetch_max_bytes", _INT, _POSITIVE,
+       "Bytes a follower asks for per partition in one fetch (at least one batch comes back)."),
+    _K("replica.fetch.response.max.bytes", "replica_fetch_response_max_bytes", _INT, _POSITIVE,
+       "Bytes a follower asks for in one whole fetch response."),
+    _K("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", _INT, _POSITIVE,
+       "How long a leader may hold a follower's fetch while it has nothing new."),
+    _K("replica.fetch.backoff.ms", "replica_fetch_backoff_ms", _INT, _NON_NEGATIVE,
+       "Pause of a follower after a fetch that failed."),
+    _K("replica.socket.timeout.ms", "replica_socket_timeout_ms", _INT, _POSITIVE,
+       "A follower's fetch that gets no answer this long is retried on a new connection."),
+    _K("unclean.leader.election.enable", "unclean_leader_election_enable", _BOOL, None,
+       "Let a replica outside the ISR lead when no ISR member is alive, at the cost of "
+       "acknowledged records. Off, as in Kafka: the partition waits for an ISR member."),
+    _K("controlled.shutdown.enable", "controlled_shutdown_enable", _BOOL, None,
+       "On SIGTERM, ask the controller to move leadership away before exiting."),
+    _K("controlled.shutdown.max.retries", "controlled_shutdown_max_retries", _INT, _NON_NEGATIVE,
+       "Attempts of a controlled shutdown before the broker exits anyway."),
+    _K("controlled.shutdown.retry.backoff.ms",
+       "controlled_shutdown_retry_backoff_ms", _LONG, _NON_NEGATIVE,
+       "Pause between attempts of a controlled shutdown."),
+    _K("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", _BOOL, None,
+       "Move leadership back to each partition's preferred (first) replica when it is in sync."),
+    _K("leader.imbalance.check.interval.seconds",
+       "leader_imbalance_check_interval_seconds", _LONG, _POSITIVE,
+       "How often the controller looks for partitions led by other than their preferred replica."),
+    _K("leader.imbalance.per.broker.percentage",
+       "leader_imbalance_per_broker_percentage", _INT, _between(0, 100),
+       "A broker's share of partitions led by others above which leadership is moved back."),
+    _K("offsets.topic.replication.factor", "offsets_topic_replication_factor", _INT, _POSITIVE,
+       "Replicas of __consumer_offsets. It is created once this many brokers are alive; until "
+       "then FindCoordinator answers COORDINATOR_NOT_AVAILABLE. Alone, 1."),
+    _K("transaction.state.log.replication.factor",
+       "transaction_state_log_replication_factor", _INT, _POSITIVE,
+       "Replicas of __transaction_state, created once this many brokers are alive. Alone, 1."),
+    _K("transaction.state.log.min.isr", "transaction_state_log_min_isr", _INT, _POSITIVE,
+       "min.insync.replicas of __transaction_state."),
     # --- group coordinator ---
     _K("offsets.topic.num.partitions", "offsets_topic_num_partitions", _INT, _POSITIVE,
        "Partitions of __consumer_offsets; fixed once the topic exists."),
@@ -602,31 +651,24 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
     "process.roles": "Onceflow runs no KRaft controller",
     "controller.quorum.voters": "Onceflow runs no KRaft controller",
     "controller.quorum.bootstrap.servers": "Onceflow runs no KRaft controller",
-    "inter.broker.listener.name": "there is no other broker",
-    "inter.broker.protocol.version": "there is no other broker",
-    "zookeeper.connect": "Onceflow needs no ZooKeeper",
-    "zookeeper.connection.timeout.ms": "Onceflow needs no ZooKeeper",
+    "inter.broker.listener.name": "brokers reach each other through their first listener",
+    "inter.broker.protocol.version": "every broker speaks the same versions",
     "num.network.threads": "the server is one asyncio loop",
     "num.io.threads": "the server is one asyncio loop",
     "background.threads": "the server is one asyncio loop",
     "num.recovery.threads.per.data.dir": "recovery runs in the server's own loop",
-    "num.replica.fetchers": "partitions have one replica",
+    "num.replica.fetchers": "one fetcher per leader broker, in the server's own loop",
     "socket.send.buffer.bytes": "the OS defaults are used",
     "socket.receive.buffer.bytes": "the OS defaults are used",
-    "offsets.topic.replication.factor": "internal topics have one replica",
-    "transaction.state.log.replication.factor": "internal topics have one replica",
-    "transaction.state.log.min.isr": "internal topics have one replica",
     "share.coordinator.state.topic.replication.factor": "share groups are not supported",
     "share.coordinator.state.topic.min.isr": "share groups are not supported",
-    "unclean.leader.election.enable": "partitions have one replica",
-    "auto.leader.rebalance.enable": "partitions have one replica",
     "log.flush.scheduler.interval.ms": "flushing follows onceflow.fsync.on.ack",
     "log.flush.offset.checkpoint.interval.ms": "checkpoints are written by the log itself",
     "log.preallocate": "segments are not preallocated",
     "log.cleaner.threads": "the cleaner runs in the server's own loop",
     "log.cleaner.dedupe.buffer.size": "the cleaner sizes its own map",
     "group.coordinator.rebalance.protocols": "only the classic group protocol is supported",
-    "broker.rack": "there is one broker",
+    "broker.rack": "replicas are assigned rack-unaware",
 }
 
 #: Every broker key Onceflow understands.
@@ -704,6 +746,26 @@ class BrokerConfig:
     onceflow_log_dir_min_free_bytes: int = 1 << 30
     onceflow_log_dir_min_free_percent: float = 5.0
     onceflow_log_dir_ballast_bytes: int = 16 << 20
+    # cluster (ZooKeeper)
+    zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int = 18_000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    unclean_leader_election_enable: bool = False
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
     # group coordinator
     offsets_topic_num_partitions: int = 50
     offsets_topic_segment_bytes: int = 104_857_600
@@ -823,10 +885,21 @@ def _check_compaction_lag(cfg: BrokerConfig) -> None:
         )
 
 
+def _check_standalone(cfg: BrokerConfig) -> None:
+    """A broker without ZooKeeper runs alone: a topic cannot have replicas elsewhere."""
+    if not cfg.zookeeper_connect and cfg.default_replication_factor != 1:
+        raise _invalid(
+            "default.replication.factor",
+            str(cfg.default_replication_factor),
+            "1 on a single broker (set zookeeper.connect to run a cluster)",
+        )
+
+
 _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     _check_listeners,
     _check_session_timeouts,
     _check_compaction_lag,
+    _check_standalone,
 )
 
 

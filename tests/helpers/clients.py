@@ -91,11 +91,12 @@ def create_topic(
     partitions: int = 1,
     config: Mapping[str, str] | None = None,
     timeout: float = OP_TIMEOUT_S,
+    replication_factor: int = 1,
 ) -> str:
     name = name or topic_name()
     admin = admin_client(bootstrap)
     futures = admin.create_topics(
-        [NewTopic(name, partitions, replication_factor=1, config=dict(config or {}))],
+        [NewTopic(name, partitions, replication_factor, config=dict(config or {}))],
         request_timeout=timeout,
     )
     futures[name].result(timeout=timeout)

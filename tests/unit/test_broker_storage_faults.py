@@ -107,7 +107,7 @@ def run(body: Callable[[Harness], Awaitable[None]], **config: Any) -> None:
         fs.capacity = 1 << 30
         await broker.start()
         try:
-            broker.create_topic(TOPIC, 2)
+            await broker.create_topic(TOPIC, 2)
             await body(Harness(broker, fs, clock))
         finally:
             fs.faults.clear()

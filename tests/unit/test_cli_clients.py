@@ -525,7 +525,11 @@ def test_create(admin: FakeAdmin, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     assert capsys.readouterr().out == "Created topic orders.\n"
     [new] = admin.created
-    assert (new.topic, new.num_partitions, new.replication_factor) == ("orders", 6, 1)
+    assert (new.topic, new.num_partitions, new.replication_factor) == (
+        "orders",
+        6,
+        -1,
+    )  # -1: the broker's default.replication.factor
     assert new.config == {"retention.ms": "60000", "cleanup.policy": "compact"}
 
 

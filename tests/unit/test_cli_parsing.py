@@ -227,7 +227,7 @@ def test_topics_create_options() -> None:
         "--bootstrap-server",
         "b:1",
     )
-    assert (args.topic, args.partitions, args.replication_factor) == ("orders", 3, 1)
+    assert (args.topic, args.partitions, args.replication_factor) == ("orders", 3, None)
     assert args.config == [("retention.ms", "1000"), ("cleanup.policy", "compact")]
     assert args.bootstrap_server == "b:1"
     assert not args.if_not_exists

@@ -61,6 +61,9 @@ class StubBroker:
     def coordinator_available(self, key_type: int, key: str) -> bool:
         return key_type != 0 or self.group_coordinator.owns(key)
 
+    def coordinator_node(self, key_type: int, key: str) -> tuple[int, str, int] | None:
+        return self.node_id, self.advertised_host, self.advertised_port
+
     async def call(self, api: ApiKey, version: int, /, **fields: Any) -> Any:
         """Build the request of this exact version, run the handler, round-trip the reply."""
         request = build(request_type(api, version), **fields)

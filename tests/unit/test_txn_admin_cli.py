@@ -96,7 +96,7 @@ class InProcessBroker:
 
     def create_topic(self, name: str, partitions: int = 2) -> None:
         async def create() -> None:
-            self.broker.create_topic(name, partitions)
+            await self.broker.create_topic(name, partitions)
 
         self.run(create)
 

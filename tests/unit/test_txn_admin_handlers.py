@@ -109,7 +109,7 @@ def run(tmp_path: Path, body: Callable[[Harness], Awaitable[None]]) -> None:
         broker = Broker(config, clock=clock)
         await broker.start()
         try:
-            broker.create_topic(TOPIC, 2)
+            await broker.create_topic(TOPIC, 2)
             await body(Harness(broker, clock))
         finally:
             await broker.stop()

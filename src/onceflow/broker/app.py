@@ -16,6 +16,7 @@ import signal
 
 from onceflow.broker.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
+from onceflow.broker.cluster_mode import ClusterStartupError
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.server import KafkaConnection
 from onceflow.config import BrokerConfig
@@ -72,6 +73,11 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         ) from exc
     try:
         await broker.start()
+    except ClusterStartupError as exc:
+        os.close(lock_fd)
+        server.close()
+        await broker.stop()
+        raise StartupError(f"cannot join the cluster: {exc}") from exc
     except OSError as exc:
         # Recovery writes a little (indexes, the coordinator epoch): on a disk with no
         # space at all, or one that fails, the broker says so instead of a traceback.
@@ -96,6 +102,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         )
         await stop.wait()
         log.info("shutting down")
+        await broker.controlled_shutdown()
         server.close()
         await _drain(broker)
         for conn in list(broker.connections):

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from onceflow.broker.cluster_mode import ClusterMode, PartitionView
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
@@ -29,12 +30,13 @@ from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
 from onceflow.records.batch import BatchHeader, scan_batches
+from onceflow.replication.partition import Partition, Role
 from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.disk_space import DiskSpaceGuard, DiskState
 from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
-from onceflow.storage.log_manager import LogManager, TopicInfo
+from onceflow.storage.log_manager import LogManager
 from onceflow.storage.partition_log import FileRegion, LogConfig, PartitionLog
 
 if TYPE_CHECKING:
@@ -46,6 +48,16 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
+CLUSTER_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
+_COORDINATOR_MOVING = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
+#: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
+INTERNAL_WRITE_TIMEOUT_MS = 5000
 
 
 class Broker:
@@ -73,6 +85,8 @@ class Broker:
         self.logs.offline_listeners.append(self._log_offline)
         self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
         self.purgatory = FetchPurgatory()
+        # Followers' fetches wait for appends, not for the high watermark.
+        self.replica_purgatory = FetchPurgatory()
         self.cleaner = LogCleaner()
         self.producer_ids = ProducerIdManager(self.fs, self.log_dir)
         self.txn_coordinator = TransactionCoordinator(
@@ -98,6 +112,9 @@ class Broker:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
         )
         self._timers: list[asyncio.Task[None]] = []
+        self._background_tasks: set[asyncio.Task[None]] = set()
+        # Set at start when zookeeper.connect is: the broker is then one of a cluster.
+        self.cluster: ClusterMode | None = None
 
     # ---- configuration ---------------------------------------------------------------
 
@@ -132,27 +149,20 @@ class Broker:
     async def start(self) -> None:
         self.logs.load()
         self.disk.refresh(force=True)
-        self.cluster_id = self._load_meta_properties()
+        if self.config.zookeeper_connect:
+            await self._join_cluster()
+        else:
+            self.cluster_id = self._load_meta_properties()
         self.producer_ids.load()
-        for topic, partitions, segment_bytes in (
-            (
-                OFFSETS_TOPIC,
-                self.config.offsets_topic_num_partitions,
-                self.config.offsets_topic_segment_bytes,
-            ),
-            (
-                TXN_TOPIC,
-                self.config.transaction_state_log_num_partitions,
-                self.config.transaction_state_log_segment_bytes,
-            ),
-        ):
-            if topic not in self.logs.topics:
-                configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
-                self.logs.create_topic(topic, partitions, configs, internal=True)
+        if self.cluster is None:
+            self._create_internal_topics()
         self.txn_coordinator.coordinator_epoch = self._next_coordinator_epoch()
         self.flusher.start()
-        await self.group_coordinator.load()
-        await self.txn_coordinator.load()
+        if self.cluster is None:
+            await self.group_coordinator.load()
+            await self.txn_coordinator.load()
+        else:
+            self.cluster.start_replication()
         self._every(
             self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
             self.txn_coordinator.poll,
@@ -168,6 +178,59 @@ class Broker:
         if self.config.log_cleaner_enable:
             self._every(self.config.log_cleaner_backoff_ms / 1000, self.clean_logs)
 
+    def _create_internal_topics(self) -> None:
+        for topic, partitions, segment_bytes in (
+            (
+                OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                self.config.offsets_topic_segment_bytes,
+            ),
+            (
+                TXN_TOPIC,
+                self.config.transaction_state_log_num_partitions,
+                self.config.transaction_state_log_segment_bytes,
+            ),
+        ):
+            if topic not in self.logs.topics:
+                configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+                self.logs.create_topic(topic, partitions, configs, internal=True)
+
+    async def _join_cluster(self) -> None:
+        """Register in ZooKeeper and take the cluster's id (ClusterStartupError if not)."""
+        self.cluster = ClusterMode(self, CLUSTER_INTERNAL_TOPICS)
+        # A coordinator serves only the keys of internal partitions this broker leads.
+        self.group_coordinator.serve_loaded_only()
+        self.txn_coordinator.serve_loaded_only()
+        local = self._read_meta_cluster_id()
+        self.cluster_id = await self.cluster.start(local)
+        if local is None:
+            self._write_meta_properties(self.cluster_id)
+        self.cluster.replicas.role_listeners.append(self._role_changed)
+
+    def _role_changed(self, topic: str, partition: int, role: Role, leader_epoch: int) -> None:
+        """Coordinators follow the leadership of their internal partitions."""
+        if topic == OFFSETS_TOPIC:
+            if role is Role.LEADER:
+                self._background(self.group_coordinator.load_partition(partition, leader_epoch))
+            else:
+                self.group_coordinator.unload(partition, leader_epoch)
+        elif topic == TXN_TOPIC:
+            if role is Role.LEADER:
+                self._background(self.txn_coordinator.load_partition(partition, leader_epoch))
+            else:
+                self.txn_coordinator.unload(partition, leader_epoch)
+
+    def _background(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background task failed")
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background_tasks.add(task)
+        task.add_done_callback(self._background_tasks.discard)
+
     def _every(self, seconds: float, action: Callable[[], object]) -> None:
         async def loop() -> None:
             while True:
@@ -181,7 +244,14 @@ class Broker:
 
         self._timers.append(asyncio.get_running_loop().create_task(loop()))
 
+    async def controlled_shutdown(self) -> None:
+        """Before stopping: hand leadership to other brokers, so clients see no errors."""
+        if self.cluster is not None:
+            await self.cluster.controlled_shutdown()
+
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.group_coordinator.close()  # parked joins and syncs answer NOT_COORDINATOR
         await self.txn_coordinator.close()
         for task in self._timers:
@@ -202,16 +272,25 @@ class Broker:
 
     def _load_meta_properties(self) -> str:
         """Kafka's meta.properties: the cluster id is made once and kept."""
+        cluster_id = self._read_meta_cluster_id()
+        if cluster_id is None:
+            cluster_id = uuid.uuid4().hex[:22]
+            self._write_meta_properties(cluster_id)
+        return cluster_id
+
+    def _read_meta_cluster_id(self) -> str | None:
         path = os.path.join(self.log_dir, META_PROPERTIES)
         if self.fs.exists(path):
             for line in self.fs.read_file(path).decode().splitlines():
                 key, _, value = line.partition("=")
                 if key.strip() == "cluster.id":
                     return value.strip()
-        cluster_id = uuid.uuid4().hex[:22]
+        return None
+
+    def _write_meta_properties(self, cluster_id: str) -> None:
+        path = os.path.join(self.log_dir, META_PROPERTIES)
         body = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
         self.fs.write_file_atomic(path, body.encode())
-        return cluster_id
 
     def _log_offline(self, plog: PartitionLog) -> None:
         """A coordinator whose log partition went offline stops serving its keys."""
@@ -219,6 +298,35 @@ class Broker:
             self.txn_coordinator.unload(plog.partition)
         elif plog.topic == OFFSETS_TOPIC:
             self.group_coordinator.unload(plog.partition)
+
+    def coordinator_node(self, key_type: int, key: str) -> tuple[int, str, int] | None:
+        """The broker coordinating a group (0) or transactional id (1), or None when there
+        is none right now (COORDINATOR_NOT_AVAILABLE: the client retries).
+
+        On a cluster it is the leader of the key's internal partition; the internal topic is
+        created on first use, once enough brokers are alive for its replication factor."""
+        if self.cluster is None:
+            if not self.coordinator_available(key_type, key):
+                return None
+            return self.node_id, self.advertised_host, self.advertised_port
+        if key_type == 1:
+            topic, partitions = TXN_TOPIC, self.config.transaction_state_log_num_partitions
+            replicas = self.config.transaction_state_log_replication_factor
+            segment_bytes = self.config.transaction_state_log_segment_bytes
+            partition = self.txn_coordinator.partition_for(key)
+        else:
+            topic, partitions = OFFSETS_TOPIC, self.config.offsets_topic_num_partitions
+            replicas = self.config.offsets_topic_replication_factor
+            segment_bytes = self.config.offsets_topic_segment_bytes
+            partition = self.group_coordinator.partition_for(key)
+        configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+        if not self.cluster.ensure_internal_topic(topic, partitions, replicas, configs):
+            return None
+        leader = self.cluster.cache.leader_of(topic, partition)
+        registration = self.cluster.cache.brokers.get(leader)
+        if registration is None:
+            return None
+        return leader, registration.host, registration.port
 
     def coordinator_available(self, key_type: int, key: str) -> bool:
         """Whether the log partition behind a group (0) or transactional id (1) is online."""
@@ -249,35 +357,127 @@ class Broker:
     # ---- topics and partitions -------------------------------------------------------
 
     def has_partition(self, topic: str, partition: int) -> bool:
+        if self.cluster is not None:
+            return bool(self.cluster.cache.replicas_of(topic, partition))
         return self.logs.get(topic, partition) is not None
 
-    def create_topic(
-        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
-    ) -> TopicInfo:
-        validate_topic_name(name)
-        if partitions <= 0:
-            raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
-        return self.logs.create_topic(name, partitions, configs)
+    def topic_names(self) -> list[str]:
+        """Every topic, the clients' first and the internal ones last (as Metadata lists)."""
+        if self.cluster is not None:
+            names = list(self.cluster.cache.topics)
+            internal = CLUSTER_INTERNAL_TOPICS
+        else:
+            names = list(self.logs.topics)
+            internal = frozenset(n for n, t in self.logs.topics.items() if t.internal)
+        return sorted(n for n in names if n not in internal) + sorted(
+            n for n in names if n in internal
+        )
 
-    def auto_create_topic(self, name: str) -> TopicInfo:
+    def topic_partition_count(self, name: str) -> int | None:
+        if self.cluster is not None:
+            meta = self.cluster.topic(name)
+            return None if meta is None else meta.partitions
+        info = self.logs.topics.get(name)
+        return None if info is None else info.partitions
+
+    def topic_configs(self, name: str) -> dict[str, str] | None:
+        if self.cluster is not None:
+            meta = self.cluster.topic(name)
+            return None if meta is None else dict(meta.configs)
+        info = self.logs.topics.get(name)
+        return None if info is None else dict(info.configs)
+
+    def nodes(self) -> list[tuple[int, str, int]]:
+        """(id, host, port) of every live broker."""
+        if self.cluster is not None:
+            return self.cluster.nodes()
+        return [(self.node_id, self.advertised_host, self.advertised_port)]
+
+    def controller_id(self) -> int:
+        return self.cluster.controller_id() if self.cluster is not None else self.node_id
+
+    def partition_view(self, topic: str, partition: int) -> PartitionView:
+        if self.cluster is not None:
+            return self.cluster.partition_view(topic, partition)
+        # Alone: Kafka's view of a partition whose only replica is offline (its log
+        # failed) is no leader, LEADER_NOT_AVAILABLE, the replica listed as offline.
+        node = self.node_id
+        plog = self.logs.get(topic, partition)
+        if plog is not None and plog.offline is not None:
+            return PartitionView(ErrorCode.leader_not_available, -1, 0, (node,), (), (node,))
+        return PartitionView(ErrorCode.none, node, 0, (node,), (node,), ())
+
+    def leader_log(self, topic: str, partition: int) -> PartitionLog:
+        """The log a client reads or writes: the local leader's (NOT_LEADER_OR_FOLLOWER if
+        another broker leads, UNKNOWN_TOPIC_OR_PARTITION if there is no such partition)."""
+        if self.cluster is not None:
+            return self.cluster.leader_log(topic, partition)
+        plog = self.logs.get(topic, partition)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
+        return plog
+
+    def replicated(self, plog: PartitionLog) -> Partition | None:
+        """The partition's replication state on a cluster; None when the broker is alone."""
+        if self.cluster is None:
+            return None
+        return self.cluster.replicas.get(plog.topic, plog.partition)
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str] | None = None,
+        replication_factor: int = -1,
+        assignment: dict[int, list[int]] | None = None,
+    ) -> None:
+        validate_topic_name(name)
+        if partitions <= 0 and assignment is None:
+            raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
+        rf = (
+            self.config.default_replication_factor
+            if replication_factor == -1
+            else replication_factor
+        )
+        if self.cluster is not None:
+            await self.cluster.create_topic(name, partitions, rf, configs or {}, assignment)
+            return
+        if rf != 1 or (
+            assignment is not None and any(r != [self.node_id] for r in assignment.values())
+        ):
+            raise KafkaError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {rf} is larger than the 1 available broker",
+            )
+        self.logs.create_topic(name, partitions if assignment is None else len(assignment), configs)
+
+    async def auto_create_topic(self, name: str) -> None:
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
         log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
-        return self.create_topic(name, self.config.num_partitions)
+        await self.create_topic(name, self.config.num_partitions)
 
     async def delete_topic(self, name: str) -> None:
         if name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.invalid_topic_exception, f"'{name}' is internal")
+        if self.cluster is not None:
+            await self.cluster.delete_topic(name)
+            return
         await self.flusher.barrier()  # no fsync may run on files about to be closed
         self.logs.delete_topic(name)
 
     def log_for_produce(self, topic: str, partition: int) -> PartitionLog:
+        if self.cluster is not None:
+            return self.cluster.leader_log(topic, partition)  # no auto-creation, as Kafka
         plog = self.logs.get(topic, partition)
         if plog is not None:
             return plog
         if topic not in self.logs.topics:
             validate_topic_name(topic)
-            self.auto_create_topic(topic)
+            if not self.config.auto_create_topics_enable or topic in INTERNAL_TOPICS:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{topic}'")
+            log.info("auto-creating topic %s with %d partitions", topic, self.config.num_partitions)
+            self.logs.create_topic(topic, self.config.num_partitions)
             plog = self.logs.get(topic, partition)
         if plog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
@@ -288,11 +488,54 @@ class Broker:
     def appended(self, plog: PartitionLog) -> None:
         """After any append: schedule the group commit; wake fetches if already visible."""
         self.flusher.mark(plog)
-        if not plog.config.durable:
+        if self.cluster is not None:
+            self.replica_purgatory.notify((plog.topic, plog.partition))
+            partition = self.cluster.replicas.get(plog.topic, plog.partition)
+            if partition is not None and partition.maybe_advance_high_watermark():
+                self.purgatory.notify((plog.topic, plog.partition))
+        elif not plog.config.durable:
             self.purgatory.notify((plog.topic, plog.partition))
 
+    def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
+        return self.flusher.durable(plog, offset)
+
     def _flushed(self, plog: PartitionLog) -> None:
+        if self.cluster is not None:
+            partition = self.cluster.replicas.get(plog.topic, plog.partition)
+            if partition is None or not partition.maybe_advance_high_watermark():
+                return
         self.purgatory.notify((plog.topic, plog.partition))
+
+    def follower_fetched(self, plog: PartitionLog, replica: int, fetch_offset: int) -> None:
+        """A follower's fetch: it holds what is below fetch_offset (durably, in durable
+        mode); the high watermark may move and wake consumers and acks=all producers."""
+        if self.cluster is None:
+            return
+        partition = self.cluster.replicas.get(plog.topic, plog.partition)
+        if partition is not None and self.cluster.replicas.follower_fetched(
+            partition, replica, fetch_offset
+        ):
+            self.purgatory.notify((plog.topic, plog.partition))
+
+    def check_replicas(self, plog: PartitionLog, acks: int) -> None:
+        """acks=all on a cluster: refused before the append when the ISR is too small."""
+        if acks == -1 and self.cluster is not None:
+            partition = self.cluster.replicas.get(plog.topic, plog.partition)
+            if partition is not None:
+                partition.check_enough_replicas(partition.min_insync_replicas)
+
+    def acknowledgement(
+        self, plog: PartitionLog, last_offset: int, acks: int, timeout_ms: int
+    ) -> asyncio.Future[None] | None:
+        """What a produce response waits for: nothing (acks=0/1), the fsync of this
+        replica (acks=all, alone) or the high watermark, which in durable mode means the
+        disk of every in-sync replica (acks=all, on a cluster)."""
+        if acks != -1:
+            return None
+        partition = self.replicated(plog)
+        if partition is None:
+            return self.flusher.durable(plog, last_offset) if plog.config.durable else None
+        return _replicated(partition, last_offset, timeout_ms)
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
         return plog.last_stable_offset
@@ -312,13 +555,26 @@ class Broker:
         commit: bool,
         partitions: frozenset[TopicPartition],
     ) -> None:
-        """The MarkerWriter of the transaction coordinator: one broker, so no
-        WriteTxnMarkers round trip; every marker is durable before this returns."""
+        """The MarkerWriter of the transaction coordinator: markers of partitions led here
+        are appended directly, the others go to their leaders as WriteTxnMarkers; every
+        marker is durable (replicated, on a cluster) before this returns, else it raises
+        and the coordinator retries."""
         written: list[tuple[PartitionLog, int]] = []
+        remote: dict[int, list[tuple[str, int]]] = {}
         for topic, partition in sorted(partitions):
-            plog = self.logs.get(topic, partition)
-            if plog is None:
-                continue  # the topic was deleted: nothing left to mark
+            if self.cluster is not None:
+                if not self.has_partition(topic, partition):
+                    continue  # the topic was deleted: nothing left to mark
+                leader = self.cluster.cache.leader_of(topic, partition)
+                if leader != self.node_id:
+                    remote.setdefault(leader, []).append((topic, partition))
+                    continue
+                plog = self.leader_log(topic, partition)  # else raise: the coordinator retries
+            else:
+                found = self.logs.get(topic, partition)
+                if found is None:
+                    continue  # the topic was deleted: nothing left to mark
+                plog = found
             try:
                 result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
             except (OutOfSpace, LogOffline):
@@ -330,9 +586,21 @@ class Broker:
                 continue
             self.appended(plog)
             written.append((plog, result.last_offset))
+        if remote:
+            assert self.cluster is not None
+            markers = self.cluster.markers
+            await asyncio.gather(
+                *(
+                    markers.write(
+                        leader, producer_id, producer_epoch, coordinator_epoch, commit, targets
+                    )
+                    for leader, targets in remote.items()
+                )
+            )
         for plog, offset in written:
-            if plog.config.durable:
-                await self.flusher.durable(plog, offset)
+            wait = self.acknowledgement(plog, offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
+            if wait is not None:
+                await wait
             if plog.topic == OFFSETS_TOPIC:
                 self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
 
@@ -341,9 +609,26 @@ class Broker:
     ) -> None:
         if not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
-        self.txn_coordinator.verify(
-            transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
-        )
+        coordinator = self.txn_coordinator
+        if (
+            self.cluster is not None
+            and transactional_id is not None
+            and coordinator.coordinator_error(transactional_id) is ErrorCode.not_coordinator
+        ):
+            # The coordinator is another broker. Asking it (AddPartitionsToTxn verify-only,
+            # Kafka 3.6+) is the next step of the cluster work; until then such writes are
+            # not verified.
+            return
+        try:
+            coordinator.verify(
+                transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+            )
+        except KafkaError as exc:
+            if exc.code in _COORDINATOR_MOVING:
+                # As Kafka: a producer does not act on coordinator errors from Produce, so
+                # they reach it as the retriable NOT_ENOUGH_REPLICAS.
+                raise KafkaError(ErrorCode.not_enough_replicas, exc.message) from exc
+            raise
 
     async def append_internal(
         self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
@@ -353,9 +638,7 @@ class Broker:
         A transactional batch (a TxnOffsetCommit) passes the same KIP-890 check as a
         produced one: its partition must be in the producer's ongoing transaction.
         """
-        plog = self.logs.get(topic, partition)
-        if plog is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
+        plog = self.leader_log(topic, partition)
         # Built by the broker itself: only whole and intact are checked, not the client
         # rules (a TxnOffsetCommit batch has a producer id but no sequence, as in Kafka).
         scanned, end = scan_batches(batch)
@@ -363,10 +646,12 @@ class Broker:
         headers = [b.header for b in scanned]
         if headers[0].is_transactional:
             self.verify_transactional(transactional_id, headers[0], topic, partition)
+        self.check_replicas(plog, -1)
         result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
-        if plog.config.durable:
-            await self.flusher.durable(plog, result.last_offset)
+        wait = self.acknowledgement(plog, result.last_offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
+        if wait is not None:
+            await wait
         return result.first_offset
 
     def read_internal(self, topic: str, partition: int) -> Iterator[LogEntry]:
@@ -409,3 +694,40 @@ class _TxnTopicLog:
         for entry in self._broker.read_internal(TXN_TOPIC, partition):
             if entry.control is None:
                 yield entry.key, entry.value
+
+
+def _replicated(partition: Partition, last_offset: int, timeout_ms: int) -> asyncio.Future[None]:
+    """Done when the high watermark passes last_offset with enough replicas in sync;
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
+    REQUEST_TIMED_OUT after the request's timeout (the records may still be committed)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[None] = loop.create_future()
+    inner = partition.wait_replicated(last_offset)
+
+    def replicated(done: asyncio.Future[None]) -> None:
+        if answer.done():
+            return
+        exc = done.exception()
+        if exc is not None:
+            answer.set_exception(exc)
+        elif len(partition.isr) < partition.min_insync_replicas:
+            answer.set_exception(
+                KafkaError(
+                    ErrorCode.not_enough_replicas_after_append,
+                    f"{partition.log.name}: the ISR shrank below min.insync.replicas",
+                )
+            )
+        else:
+            answer.set_result(None)
+
+    def timed_out() -> None:
+        if not answer.done():
+            answer.set_exception(
+                KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
+            )
+
+    inner.add_done_callback(replicated)
+    if timeout_ms > 0:
+        handle = loop.call_later(timeout_ms / 1000, timed_out)
+        answer.add_done_callback(lambda _: handle.cancel())
+    return answer

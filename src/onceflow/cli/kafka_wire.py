@@ -16,25 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import socket
-import struct
 import time
 import types
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
 from kio.index import load_payload_module
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i64
 
 from onceflow.cli.common import CliError
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.client import SIZE, UnreadableResponse, decode_response, encode_request
 from onceflow.protocol.codec import build, request_type, response_type
 
 __all__ = [
@@ -54,8 +49,6 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 KEY_TYPE_TRANSACTION = 1
 WRITE_TXN_MARKERS = 27  # Kafka's API key; not among the APIs the broker's ApiKey names
 RETRY_BACKOFF_S = 0.2
-_SIZE = struct.Struct(">i")
-_CORRELATION = struct.Struct(">i")
 
 # The version ranges this client can build and read. The minimums are the oldest versions
 # that carry what we need (Metadata v1: null means all topics); the maximums are the newest
@@ -139,12 +132,6 @@ def lenient_schema(cls: Any) -> Any:
     )
 
 
-def _encode(entity: Any) -> bytes:
-    buf = io.BytesIO()
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
-
-
 @dataclass(frozen=True, slots=True)
 class Node:
     node_id: int
@@ -219,18 +206,12 @@ class Connection:
 
     def _round_trip(self, api_key: int, version: int, request: Any) -> Any:
         self._correlation += 1
-        header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
-        header = header_cls(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(self._correlation),
-            client_id=CLIENT_ID,
-        )
-        payload = _encode(header) + _encode(request)
         name = API_NAMES.get(api_key, f"API {api_key}")
         try:
-            self._sock.sendall(_SIZE.pack(len(payload)) + payload)
-            (size,) = _SIZE.unpack(self._recv_exact(_SIZE.size))
+            self._sock.sendall(
+                encode_request(api_key, version, self._correlation, CLIENT_ID, request)
+            )
+            (size,) = SIZE.unpack(self._recv_exact(SIZE.size))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise CliError(f"{self.address} sent a {size}-byte frame: is it a Kafka broker?")
             frame = self._recv_exact(size)
@@ -238,23 +219,13 @@ class Connection:
             raise CliError(f"{self.address} did not answer {name} in time") from None
         except OSError as exc:
             raise CliError(f"lost the connection to {self.address}: {_reason(exc)}") from None
-        return self._decode(api_key, version, frame, name)
-
-    def _decode(self, api_key: int, version: int, frame: bytes, name: str) -> Any:
         cls = lenient_schema(response_type(api_key, version))
         try:
-            (correlation,) = _CORRELATION.unpack_from(frame, 0)
-            if correlation != self._correlation:
-                raise ValueError(f"correlation id {correlation}, expected {self._correlation}")
-            pos = _CORRELATION.size
-            if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
-                _, pos = entity_reader(ResponseHeaderV1)(frame, 0)
-            body, _ = entity_reader(cls)(frame, pos)
-        except Exception as exc:  # kio raises assorted errors on bytes it cannot parse
+            return decode_response(api_key, cls, frame, self._correlation)
+        except UnreadableResponse as exc:
             raise CliError(
                 f"unreadable {name} v{version} response from {self.address}: {exc}"
             ) from None
-        return body
 
     def _recv_exact(self, n: int) -> bytes:
         out = bytearray()

@@ -64,7 +64,11 @@ def register(commands: Any) -> None:
     create.add_argument(
         "--partitions", type=positive_int, help="partition count (default: the broker's)"
     )
-    create.add_argument("--replication-factor", type=positive_int, default=1)
+    create.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        help="replicas per partition (default: the broker's default.replication.factor)",
+    )
     create.add_argument(
         "--config",
         type=key_value,
@@ -129,7 +133,7 @@ def run_create(args: argparse.Namespace) -> int:
     topic = NewTopic(
         args.topic,
         num_partitions=args.partitions if args.partitions is not None else -1,
-        replication_factor=args.replication_factor,
+        replication_factor=args.replication_factor or -1,
         config=dict(args.config),
     )
     timeout = _timeout_s(args)

@@ -15,29 +15,39 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from onceflow.cluster.znodes import (
     BROKER_IDS,
+    CLUSTER_ID,
     CONTROLLER,
     CONTROLLER_EPOCH,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
+    SHUTTING_DOWN,
     TOPICS,
     BrokerRegistration,
     PartitionState,
     ProducerIdBlock,
     broker_path,
     decode_assignment,
+    decode_cluster_id,
     decode_controller,
     decode_epoch,
+    decode_topic_config,
     encode_assignment,
+    encode_cluster_id,
     encode_controller,
+    encode_topic_config,
     partition_state_path,
+    shutting_down_path,
+    topic_config_path,
     topic_path,
 )
 
@@ -98,6 +108,74 @@ class ZkMetadataStore:
         with contextlib.suppress(Exception):
             self._zk.stop()
         self._zk.close()
+
+    # ---- watches (callbacks run on kazoo's thread) -----------------------------------
+
+    def on_session(self, callback: Callable[[str], None]) -> None:
+        """`callback("lost" | "suspended" | "connected")` at each change of the session.
+        After "lost" the ephemeral znodes are gone; kazoo reconnects with a new session."""
+        names = {KazooState.LOST: "lost", KazooState.SUSPENDED: "suspended"}
+
+        def listener(state: str) -> None:
+            callback(names.get(state, "connected"))
+
+        self._zk.add_listener(listener)
+
+    def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
+        """`callback(children)` now and at every change, for as long as the session lives
+        or is renewed (kazoo re-arms the watch)."""
+        ChildrenWatch(self._zk, path, callback)
+
+    def watch_data(self, path: str, callback: Callable[[bytes | None, int], bool]) -> None:
+        """`callback(data, version)` now and at every change; data None when the znode
+        does not exist (version -1). The watch ends when the callback returns False."""
+
+        def relay(data: bytes | None, stat: object) -> bool:
+            version = int(getattr(stat, "version", -1)) if data is not None else -1
+            return callback(data, version)
+
+        DataWatch(self._zk, path, relay)
+
+    def read(self, path: str) -> tuple[bytes, int] | None:
+        """A znode's data and version; None when it does not exist."""
+        try:
+            raw, stat = self._zk.get(path)
+        except NoNodeError:
+            return None
+        return bytes(raw), int(stat.version)
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        try:
+            raw, _ = self._zk.get(topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        return decode_topic_config(topic, raw)
+
+    def reregister_broker(self, registration: BrokerRegistration) -> None:
+        """After a lost session: the ephemeral registration again (it may still be there
+        for a moment if the old session's expiry has not been processed)."""
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(broker_path(registration.broker_id))
+        self._zk.create(broker_path(registration.broker_id), registration.encode(), ephemeral=True)
+
+    def shutting_down(self) -> set[int]:
+        return {int(name) for name in self._zk.get_children(SHUTTING_DOWN)}
+
+    def enter_controlled_shutdown(self, broker_id: int) -> None:
+        """Ask the controller to move leadership off this broker (an ephemeral znode, so a
+        broker that dies instead is not excluded for ever)."""
+        with contextlib.suppress(NodeExistsError):
+            self._zk.create(shutting_down_path(broker_id), b"", ephemeral=True)
+
+    def cluster_id(self, proposed: str) -> str:
+        """The cluster's id: `proposed` if this is the first broker ever, else the one made
+        by the first broker (Kafka's /cluster/id)."""
+        try:
+            self._zk.create(CLUSTER_ID, encode_cluster_id(proposed), makepath=True)
+            return proposed
+        except NodeExistsError:
+            raw, _ = self._zk.get(CLUSTER_ID)
+            return decode_cluster_id(raw)
 
     # ---- brokers ---------------------------------------------------------------------
 
@@ -183,6 +261,57 @@ class ZkMetadataStore:
         if error is not None:
             raise MetadataStoreError(f"creating topic '{topic}' failed: {error!r}")
 
+    def create_topic_assignment(
+        self,
+        topic: str,
+        topic_id: str,
+        assignment: dict[int, list[int]],
+        configs: dict[str, str],
+    ) -> None:
+        """What any broker writes to create a topic (Kafka's admin path): the assignment and
+        the config overrides, in one transaction. The controller then elects leaders."""
+        config_exists = self._zk.exists(topic_config_path(topic)) is not None
+        txn = self._zk.transaction()
+        txn.create(topic_path(topic), encode_assignment(topic_id, assignment))
+        if config_exists:  # left by a deleted topic of the same name
+            txn.set_data(topic_config_path(topic), encode_topic_config(configs))
+        else:
+            txn.create(topic_config_path(topic), encode_topic_config(configs))
+        index, error = _failure(txn.commit())
+        if index == 0 and isinstance(error, NodeExistsError):
+            raise TopicExists(f"topic '{topic}' already exists")
+        if error is not None:
+            raise MetadataStoreError(f"creating topic '{topic}' failed: {error!r}")
+
+    def create_partition_states(
+        self, topic: str, states: dict[int, PartitionState], election: Election
+    ) -> None:
+        """The first state of new partitions, written by the controller while not fenced."""
+        txn = self._zk.transaction()
+        txn.check(CONTROLLER_EPOCH, election.epoch_version)
+        if self._zk.exists(f"{topic_path(topic)}/partitions") is None:
+            txn.create(f"{topic_path(topic)}/partitions")
+        for partition, state in sorted(states.items()):
+            if self._zk.exists(f"{topic_path(topic)}/partitions/{partition}") is None:
+                txn.create(f"{topic_path(topic)}/partitions/{partition}")
+            txn.create(partition_state_path(topic, partition), state.encode())
+        index, error = _failure(txn.commit())
+        if index == 0:
+            raise ControllerFenced(f"controller epoch {election.epoch} is no longer current")
+        if isinstance(error, NodeExistsError):
+            raise StaleVersion(f"{topic}: a partition state exists already")
+        if error is not None:
+            raise MetadataStoreError(f"states of '{topic}': {error!r}")
+
+    def delete_topic(self, topic: str) -> None:
+        """Remove the topic's znodes; every broker's watch then drops its replicas."""
+        try:
+            self._zk.delete(topic_path(topic), recursive=True)
+        except NoNodeError as exc:
+            raise MetadataStoreError(f"no topic '{topic}'") from exc
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(topic_config_path(topic))
+
     def topic_assignment(self, topic: str) -> tuple[str, dict[int, list[int]]] | None:
         try:
             raw, _ = self._zk.get(topic_path(topic))
@@ -222,6 +351,24 @@ class ZkMetadataStore:
         if error is not None:
             raise MetadataStoreError(f"{topic}-{partition}: {error!r}")
         return int(results[1].version)
+
+    def update_isr(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> int:
+        """A leader's own ISR change (Kafka's ZooKeeper-era leaders wrote it themselves): a
+        compare-and-set on the version the leader last saw, so a leader deposed meanwhile
+        (the controller wrote a newer state) fails with StaleVersion."""
+        try:
+            stat = self._zk.set(
+                partition_state_path(topic, partition), state.encode(), version=expected_version
+            )
+        except BadVersionError as exc:
+            raise StaleVersion(
+                f"{topic}-{partition}: state changed since version {expected_version}"
+            ) from exc
+        except NoNodeError as exc:
+            raise StaleVersion(f"{topic}-{partition}: the partition is gone") from exc
+        return int(stat.version)
 
     # ---- producer ids ----------------------------------------------------------------
 

@@ -4,12 +4,15 @@
 Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
 
     /brokers/ids/<id>                          ephemeral: a live broker and its endpoints
+    /cluster/id                                the cluster id, made by the first broker
     /controller                                ephemeral: the elected controller's id
     /controller_epoch                          the controller epoch, bumped by each election
     /brokers/topics/<topic>                    replica assignment of every partition
     /brokers/topics/<topic>/partitions/<p>/state
                                                leader, leader epoch, ISR, controller epoch
+    /config/topics/<topic>                     the topic's config overrides
     /latest_producer_id_block                  the last producer-id block handed out
+    /onceflow/shutting_down/<id>               ephemeral: a broker in controlled shutdown
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from typing import Any
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
+CLUSTER_ID = "/cluster/id"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS)
+TOPIC_CONFIGS = "/config/topics"
+SHUTTING_DOWN = "/onceflow/shutting_down"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN)
+#: Kafka's "no leader" in partition state: the partition is offline.
+NO_LEADER = -1
 
 
 class CorruptZnode(ValueError):
@@ -36,6 +44,14 @@ def broker_path(broker_id: int) -> str:
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def shutting_down_path(broker_id: int) -> str:
+    return f"{SHUTTING_DOWN}/{broker_id}"
 
 
 def partition_state_path(topic: str, partition: int) -> str:
@@ -86,6 +102,18 @@ class BrokerRegistration:
             raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc
 
 
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(raw: bytes) -> str:
+    value = _load(raw, CLUSTER_ID)
+    try:
+        return str(value["id"])
+    except KeyError as exc:
+        raise CorruptZnode(f"{CLUSTER_ID}: {exc!r}") from exc
+
+
 def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
     return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
 
@@ -124,6 +152,18 @@ def decode_assignment(topic: str, raw: bytes) -> tuple[str, dict[int, list[int]]
         return str(value.get("topic_id", "")), partitions
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptZnode(f"{topic_path(topic)}: {exc!r}") from exc
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_topic_config(topic: str, raw: bytes) -> dict[str, str]:
+    value = _load(raw, topic_config_path(topic))
+    config = value.get("config", {})
+    if not isinstance(config, dict):
+        raise CorruptZnode(f"{topic_config_path(topic)}: config is not an object")
+    return {str(k): str(v) for k, v in config.items()}
 
 
 @dataclass(frozen=True, slots=True)

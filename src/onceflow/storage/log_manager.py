@@ -2,10 +2,17 @@
 
 On-disk layout (Kafka's, plus one metadata file because there is no controller):
 
-    <log.dir>/onceflow-topics.json              topics, partition counts, config overrides
+    <log.dir>/onceflow-topics.json              topics, partition counts, config overrides,
+                                                the partitions hosted here
     <log.dir>/recovery-point-offset-checkpoint  flushed offset per partition
     <log.dir>/.kafka_cleanshutdown              present only after a clean shutdown
     <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex
+    <log.dir>/<topic>-<partition>/leader-epoch-checkpoint
+
+A single broker hosts every partition of its topics (`TopicInfo.hosted` is None, and the
+topics file has no "hosted" field, as before). A broker of a cluster hosts the replicas
+assigned to it: `host_partition` and `drop_partition` keep the hosted set, and `load`
+opens only those.
 """
 
 from __future__ import annotations
@@ -39,10 +46,21 @@ ConfigFactory = Callable[[Mapping[str, str]], LogConfig]
 @dataclass(slots=True)
 class TopicInfo:
     name: str
-    partitions: int
+    partitions: int  # the topic's partition count (not only those hosted here)
     configs: dict[str, str] = field(default_factory=dict)
     topic_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     internal: bool = False
+    hosted: set[int] | None = None  # the partitions with a replica here; None: all
+
+    def hosted_partitions(self) -> list[int]:
+        if self.hosted is None:
+            return list(range(self.partitions))
+        return sorted(self.hosted)
+
+    def is_hosted(self, partition: int) -> bool:
+        if self.hosted is None:
+            return 0 <= partition < self.partitions
+        return partition in self.hosted
 
 
 class LogManager:
@@ -66,6 +84,12 @@ class LogManager:
         self.logs: dict[tuple[str, int], PartitionLog] = {}
         self.clean_start = False
         self.deleted_logs: list[PartitionLog] = []  # their descriptors close after a delay
+        # Hosted partitions closed by drop_partition(delete=False): their files stay, and
+        # their recovery points stay in the checkpoint, for a later host_partition or start.
+        self.closed: dict[tuple[str, int], int] = {}
+        # The partitions the checkpoint file on disk names (read at load, or last written):
+        # hosting one of them again must first write it without the old recovery point.
+        self._checkpointed: set[tuple[str, int]] = set()
 
     # ---- startup and shutdown --------------------------------------------------------
 
@@ -76,7 +100,8 @@ class LogManager:
         self.clean_start = fs.exists(marker)
         self.topics = self._read_topics()
         points = self._read_checkpoint()
-        wanted = {f"{t.name}-{p}" for t in self.topics.values() for p in range(t.partitions)}
+        self._checkpointed = set(points)
+        wanted = {f"{t.name}-{p}" for t in self.topics.values() for p in t.hosted_partitions()}
         for name in fs.listdir(self.log_dir):
             path = os.path.join(self.log_dir, name)
             if fs.isdir(path) and name not in wanted and _is_partition_dir(name):
@@ -86,7 +111,7 @@ class LogManager:
                 log.info("removing %s: not a partition of any topic", path)
                 fs.rmtree(path)
         for topic in self.topics.values():
-            for p in range(topic.partitions):
+            for p in topic.hosted_partitions():
                 self._open(topic, p, points.get((topic.name, p), 0), self.clean_start)
         if self.clean_start:
             fs.remove(marker)
@@ -196,12 +221,16 @@ class LogManager:
             # directories (or the reverse) would be repaired at the next start anyway.
             del self.topics[name]
             for p in range(partitions):
-                opened = self.logs.pop((name, p), None)
-                if opened is not None:
-                    opened.close()
-                self.fs.rmtree(partition_dir(self.log_dir, name, p))
+                self._discard(name, p)
             raise _metadata_failure(exc, f"create topic '{name}'") from exc
         return info
+
+    def _discard(self, name: str, partition: int) -> None:
+        """Take back a partition whose creation failed: close its log, remove its files."""
+        opened = self.logs.pop((name, partition), None)
+        if opened is not None:
+            opened.close()
+        self.fs.rmtree(partition_dir(self.log_dir, name, partition))
 
     def delete_topic(self, name: str) -> None:
         info = self.topics.pop(name, None)
@@ -212,11 +241,171 @@ class LogManager:
         except OSError as exc:
             self.topics[name] = info
             raise _metadata_failure(exc, f"delete topic '{name}'") from exc
-        for p in range(info.partitions):
+        for p in info.hosted_partitions():
             plog = self.logs.pop((name, p), None)
             if plog is not None:
                 plog.delete()
                 self.deleted_logs.append(plog)
+            else:  # closed by drop_partition, or never opened
+                self.closed.pop((name, p), None)
+                self.fs.rmtree(partition_dir(self.log_dir, name, p))
+
+    # ---- hosting a subset of partitions (a broker of a cluster) ----------------------
+
+    def host_partition(
+        self,
+        name: str,
+        partitions_total: int,
+        partition: int,
+        configs: Mapping[str, str] | None = None,
+        topic_id: str | None = None,
+        internal: bool = False,
+    ) -> PartitionLog:
+        """Open this broker's replica of a partition, creating it if it is new here.
+
+        Idempotent: a partition already open is returned as it is. The topic entry is
+        created if needed (with `topic_id`, or a new one, and `internal`); its partition
+        count and configs (when given) follow the arguments, though the config of logs
+        already open is not changed here. A topic known
+        here under another id was deleted and created again while this broker was away:
+        its local data is deleted first (as delete_topic does), then the new partition is
+        created empty. A partition hosted here but closed is reopened from its files.
+
+        Crash safety as for create_topic: the recovery-point checkpoint is rewritten first
+        if it still names this partition, then the topics file names the partition, then
+        its directory is made; a crash in between leaves a hosted partition whose missing
+        directory the next start creates empty. Leftover files of a partition not hosted
+        here are never trusted: they are removed before it is created.
+        """
+        if partitions_total <= partition or partition < 0:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition,
+                f"partition {partition} of '{name}' is outside its {partitions_total} partitions",
+            )
+        info = self.topics.get(name)
+        if info is not None and topic_id is not None and info.topic_id != topic_id:
+            log.warning(
+                "topic '%s' here has id %s, the cluster's has id %s: it was deleted and "
+                "created again, so the local data of the old topic is deleted",
+                name,
+                info.topic_id,
+                topic_id,
+            )
+            self.delete_topic(name)
+            info = None
+        key = (name, partition)
+        if info is not None and info.is_hosted(partition):
+            self._update_topic(info, partitions_total, configs)
+            plog = self.logs.get(key)
+            if plog is None:
+                plog = self._open(info, partition, self.closed.pop(key, 0), clean=False)
+            return plog
+        # Refuse bad configs before anything is written.
+        if configs is not None:
+            self.config_factory(configs)
+        fresh = info is None
+        if info is None:
+            info = TopicInfo(name, partitions_total, dict(configs or {}), internal=internal)
+            info.hosted = set()
+            if topic_id is not None:
+                info.topic_id = topic_id
+        directory = partition_dir(self.log_dir, name, partition)
+        if self.fs.isdir(directory):
+            log.info("removing %s: left over from a partition not hosted here", directory)
+            self.fs.rmtree(directory)
+        if key in self._checkpointed and not self.checkpoint_recovery_points():
+            raise OutOfSpace(f"cannot host {name}-{partition}: the checkpoint cannot be written")
+        saved = (info.partitions, info.configs, _copy(info.hosted))
+        self._update_topic(info, partitions_total, configs, write=False)
+        if info.hosted is not None:
+            info.hosted.add(partition)
+        self.topics[name] = info
+        try:
+            self._write_topics()
+            plog = self._open(info, partition, 0, clean=True)  # new and empty
+            self.fs.fsync_dir(self.log_dir)
+        except OSError as exc:
+            if fresh:
+                del self.topics[name]
+            else:
+                info.partitions, info.configs, info.hosted = saved
+            self._discard(name, partition)
+            raise _metadata_failure(exc, f"host {name}-{partition}") from exc
+        return plog
+
+    def drop_partition(self, topic: str, partition: int, delete: bool) -> bool:
+        """Stop hosting a partition here; False if it was not hosted.
+
+        With `delete` (the replica moved away, or the topic is gone) the topics file stops
+        naming it first, then its files are removed (a crash in between leaves a directory
+        the next start removes); the topic entry goes when its last partition does.
+        Without, the log is flushed and closed but stays hosted: its files and recovery
+        point are kept, and host_partition or the next start opens it again.
+        """
+        info = self.topics.get(topic)
+        if info is None or not info.is_hosted(partition):
+            return False
+        key = (topic, partition)
+        if not delete:
+            plog = self.logs.pop(key, None)
+            if plog is not None:
+                if plog.offline is None:
+                    with contextlib.suppress(LogOffline):
+                        plog.flush()
+                # An offline log's files are recovered from scratch when it is reopened.
+                self.closed[key] = plog.recovery_point if plog.offline is None else 0
+                plog.close(delay=True)
+                self.deleted_logs.append(plog)
+            return True
+        hosted = set(info.hosted_partitions())
+        hosted.discard(partition)
+        saved = info.hosted
+        if hosted:
+            info.hosted = hosted
+        else:
+            del self.topics[topic]
+        try:
+            self._write_topics()
+        except OSError as exc:
+            info.hosted = saved
+            self.topics[topic] = info
+            raise _metadata_failure(exc, f"drop {topic}-{partition}") from exc
+        plog = self.logs.pop(key, None)
+        self.closed.pop(key, None)
+        if plog is not None:
+            plog.delete()
+            self.deleted_logs.append(plog)
+        else:
+            self.fs.rmtree(partition_dir(self.log_dir, topic, partition))
+        return True
+
+    def _update_topic(
+        self,
+        info: TopicInfo,
+        partitions_total: int,
+        configs: Mapping[str, str] | None,
+        *,
+        write: bool = True,
+    ) -> None:
+        """Bring a topic entry's partition count and configs up to date with the cluster's
+        view; write the topics file if they changed. (The id and internal flag of a topic
+        never change: another id is another topic.)"""
+        saved = (info.partitions, info.configs, _copy(info.hosted))
+        changed = False
+        if partitions_total != info.partitions:
+            if info.hosted is None:
+                info.hosted = set(range(info.partitions))  # "all" keeps meaning the old ones
+            info.partitions = partitions_total
+            changed = True
+        if configs is not None and dict(configs) != info.configs:
+            info.configs = dict(configs)
+            changed = True
+        if changed and write:
+            try:
+                self._write_topics()
+            except OSError as exc:
+                info.partitions, info.configs, info.hosted = saved
+                raise _metadata_failure(exc, f"update topic '{info.name}'") from exc
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
@@ -275,6 +464,7 @@ class LogManager:
                 {str(k): str(v) for k, v in t.get("configs", {}).items()},
                 str(t["id"]),
                 bool(t.get("internal", False)),
+                {int(p) for p in t["hosted"]} if "hosted" in t else None,
             )
             for name, t in raw["topics"].items()
         }
@@ -282,15 +472,7 @@ class LogManager:
     def _write_topics(self) -> None:
         body = {
             "version": 1,
-            "topics": {
-                t.name: {
-                    "partitions": t.partitions,
-                    "configs": t.configs,
-                    "id": t.topic_id,
-                    "internal": t.internal,
-                }
-                for t in self.topics.values()
-            },
+            "topics": {t.name: _topic_json(t) for t in self.topics.values()},
         }
         data = json.dumps(body, indent=1, sort_keys=True).encode()
         self.fs.write_file_atomic(os.path.join(self.log_dir, TOPICS_FILE), data)
@@ -298,12 +480,15 @@ class LogManager:
     def checkpoint_recovery_points(self) -> bool:
         """Kafka's checkpoint format: version, count, then `topic partition offset` lines.
         Returns whether it was written."""
-        lines = [f"{p.topic} {p.partition} {p.recovery_point}" for p in self.logs.values()]
+        points = {(p.topic, p.partition): p.recovery_point for p in self.logs.values()}
+        points.update(self.closed)
+        lines = [f"{t} {p} {point}" for (t, p), point in points.items()]
         data = "\n".join(["0", str(len(lines)), *lines]) + "\n"
         try:
             self.fs.write_file_atomic(
                 os.path.join(self.log_dir, RECOVERY_CHECKPOINT), data.encode()
             )
+            self._checkpointed = set(points)
         except OSError as exc:
             # The old checkpoint stays, and it only claims less: recovery scans more.
             if not self._checkpoint_failing:
@@ -330,6 +515,24 @@ class LogManager:
         except (ValueError, IndexError, UnicodeDecodeError):
             log.warning("ignoring an unreadable %s: recovering every segment", path)
             return {}
+
+
+def _topic_json(info: TopicInfo) -> dict[str, object]:
+    """A topic's entry in the topics file; "hosted" only when it is a subset, so a single
+    broker's file stays as it was."""
+    body: dict[str, object] = {
+        "partitions": info.partitions,
+        "configs": info.configs,
+        "id": info.topic_id,
+        "internal": info.internal,
+    }
+    if info.hosted is not None:
+        body["hosted"] = sorted(info.hosted)
+    return body
+
+
+def _copy(hosted: set[int] | None) -> set[int] | None:
+    return None if hosted is None else set(hosted)
 
 
 def _metadata_failure(exc: OSError, what: str) -> KafkaError:

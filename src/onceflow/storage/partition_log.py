@@ -3,8 +3,15 @@
 Offsets that matter, lowest to highest:
 - `log_start_offset`: the first offset still held (retention moves it).
 - `high_watermark`: what consumers may read. In durable mode (the default) it is the
-  flushed offset, so no consumer ever sees data a crash could take back.
+  flushed offset, so no consumer ever sees data a crash could take back. A replicated
+  partition hands it to the replication layer (`hw_follows_local = False`), which moves it
+  as the in-sync replicas copy the log (`update_high_watermark`, `set_high_watermark`).
 - `log_end_offset`: one past the last appended offset.
+
+A leader's appends get offsets and its `leader_epoch` stamped in (`append_batches`); a
+follower appends its leader's batches as they are (`append_as_follower`), cuts a divergent
+tail (`truncate_to`) or starts over (`truncate_fully_and_start_at`). Either way `epochs`
+(leader_epoch.py) keeps where each leader epoch began.
 
 Appends are synchronous writes to the page cache. Durability is a separate, two-step flush
 (`prepare_flush` on the event loop, fsync anywhere, `complete_flush` back on the loop), which
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,9 +42,11 @@ from onceflow.records.batch import (
 from onceflow.records.control import ControlType, build_control_batch, parse_control_record
 from onceflow.records.record import decode_records
 from onceflow.storage.failures import LogOffline, OutOfSpace
+from onceflow.storage.follower import follower_batches
 from onceflow.storage.fs import FileHandle, FileSystem, is_out_of_space
 from onceflow.storage.indexes import AbortedTxn
-from onceflow.storage.producer_state import AppendPlan, ProducerStateManager
+from onceflow.storage.leader_epoch import EpochEntry, LeaderEpochCache
+from onceflow.storage.producer_state import AppendPlan, CompletedTxn, ProducerStateManager
 from onceflow.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -112,6 +121,7 @@ class FlushPlan:
     end_segment: LogSegment
     end_position: int
     segments: list[LogSegment] = field(default_factory=list)
+    truncations: int = 0  # the log's truncation count when the plan was made
 
     def execute(self) -> None:
         """The slow part: fsync the record bytes of every segment with unflushed data."""
@@ -154,6 +164,10 @@ class PartitionLog:
         self._hw_segment = segments[-1]
         self._hw_position = segments[-1].size
         self.high_watermark = self.log_end_offset
+        # True: the high watermark follows this replica alone (the flushed offset in
+        # durable mode, else the log end). False: replication owns it, through
+        # update_high_watermark and set_high_watermark.
+        self.hw_follows_local = True
         self._dirty: list[LogSegment] = []
         if self.flushed_offset < self.log_end_offset:
             # Recovery validated everything past the recovery point; flush it once more.
@@ -169,6 +183,18 @@ class PartitionLog:
         )
         self.producer_state = producer_state
         self.retired: list[tuple[int, LogSegment]] = []
+        # Bumped by every truncation: a flush planned before one may not claim offsets
+        # that now hold other (unsynced) data.
+        self._truncations = 0
+        self.epochs = LeaderEpochCache(fs, directory)
+        self.epochs.on_failure = self._epochs_failed
+        last = self._last_batch()
+        self.epochs.load(
+            self.log_start_offset,
+            self.log_end_offset,
+            None if last is None else last.partition_leader_epoch,
+            self._all_headers,
+        )
 
     @property
     def name(self) -> str:
@@ -223,6 +249,42 @@ class PartitionLog:
             plan.add(header)
         return self._write(placed, data, plan, stamp_time=from_client)
 
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendResult:
+        """Append batches a follower fetched from its leader, exactly as they are: their
+        offsets, their partitionLeaderEpoch, their CRCs (Kafka's appendAsFollower).
+
+        Whole batches only: a partial batch at the end (the fetch's size limit cut it) is
+        left for the next fetch. The first batch must start at or after the log end (after
+        it only where the leader's log has a compaction gap) and offsets must rise, or
+        UnexpectedAppendOffset / InvalidReplicaData is raised with nothing written (see
+        follower.py). The producer state takes the batches as recovery replays them, so
+        this replica, once leader, deduplicates retries and knows the open and aborted
+        transactions (an ABORT's `.txnindex` entry is written before the marker, as on the
+        leader). New leader epochs go to the epoch cache. Failures as for any append:
+        OutOfSpace leaves the log unchanged, anything else takes it offline.
+
+        With no whole batch in `data`, nothing is appended and the result's last offset is
+        below its first (the log end).
+        """
+        self.check_online()
+        headers, size = follower_batches(data, self.log_end_offset, self.name)
+        if not headers:
+            end = self.log_end_offset
+            return AppendResult(end, end - 1, self.log_start_offset)
+        view = memoryview(data)[:size]
+        plan = self.producer_state.plan()
+        aborted: list[AbortedTxn] = []
+        position = 0
+        for header in headers:
+            marker = None
+            if header.is_control:
+                marker = _marker_of(view[position : position + header.size])
+            completed = plan.replay_batch(header, marker)
+            if completed is not None and completed.aborted:
+                aborted.append(_aborted_txn(plan, completed))
+            position += header.size
+        return self._write(headers, view, plan, aborted=aborted, as_follower=True)
+
     def _check_timestamps(self, headers: list[BatchHeader]) -> None:
         """message.timestamp.after/before.max.ms, per batch (its first and max timestamps)."""
         now = self.clock.now_ms()
@@ -242,28 +304,51 @@ class PartitionLog:
         placed: list[BatchHeader],
         data: bytes | bytearray | memoryview,
         plan: AppendPlan,
+        *,
         stamp_time: bool = False,
-        aborted: AbortedTxn | None = None,
+        aborted: Sequence[AbortedTxn] = (),
+        as_follower: bool = False,
     ) -> AppendResult:
         """Write whole batches, then apply their state; on a failure nothing is applied and
-        the files hold what they held before (or the log goes offline). `aborted` is the
-        `.txnindex` entry of an ABORT marker, written before the marker itself."""
+        the files hold what they held before (or the log goes offline). `aborted` are the
+        `.txnindex` entries of ABORT markers, written before the markers themselves.
+
+        A leader's batches get their offsets and its leader epoch stamped in; a follower's
+        (`as_follower`) are written as they are. A new epoch goes to the epoch cache before
+        its first batch is written (Kafka's order: the checkpoint may get ahead of the
+        log, which opening the log repairs, never behind it), and is taken back if the
+        write fails."""
         self.check_online()
-        first = self.log_end_offset
-        stamped = assign_offsets(data, placed, first, self.leader_epoch)
         append_time = -1
-        if stamp_time and self.config.log_append_time:
-            append_time = self.clock.now_ms()
-            placed = stamp_log_append_time(stamped, placed, append_time)
+        if as_follower:
+            first = placed[0].base_offset
+            stamped: bytes | bytearray | memoryview = data
+            starts: Iterator[tuple[int, int]] = (
+                (h.partition_leader_epoch, h.base_offset) for h in placed
+            )
+        else:
+            first = self.log_end_offset
+            buffer = assign_offsets(data, placed, first, self.leader_epoch)
+            if stamp_time and self.config.log_append_time:
+                append_time = self.clock.now_ms()
+                placed = stamp_log_append_time(buffer, placed, append_time)
+            stamped = buffer
+            starts = iter(((self.leader_epoch, first),))
         try:
             self._maybe_roll(len(stamped), placed)
-            if aborted is not None:
-                self.active.txn_index.append(aborted)
+            epochs_before = self._assign_epochs(starts)
+            self.check_online()  # the epoch checkpoint's failure may have taken the log down
+            written = 0
             try:
+                for entry in aborted:
+                    self.active.txn_index.append(entry)
+                    written += 1
                 self.active.append(stamped, placed)
             except OSError:
-                if aborted is not None:
+                for _ in range(written):
                     self.active.txn_index.drop_last()
+                if epochs_before is not None:
+                    self.epochs.restore(epochs_before)
                 raise
         except OSError as exc:
             raise self._failed(exc, "append to") from exc
@@ -273,11 +358,32 @@ class PartitionLog:
         plan.apply()
         self.producer_state.advance(self.log_end_offset)
         self._mark_dirty()
-        if not self.config.durable:
+        if not self.config.durable and self.hw_follows_local:
             self._advance_high_watermark(self.log_end_offset, self.active, self.active.size)
         return AppendResult(
             first, self.log_end_offset - 1, self.log_start_offset, log_append_time=append_time
         )
+
+    def _assign_epochs(self, starts: Iterator[tuple[int, int]]) -> list[EpochEntry] | None:
+        """Record the (epoch, start offset) pairs that change the epoch cache; return the
+        entries as they were, or None if nothing changed. Batches without an epoch (-1,
+        written before epochs existed) change nothing."""
+        latest = self.epochs.latest_epoch
+        changes = []
+        for epoch, start in starts:
+            if epoch != latest and epoch >= 0:
+                changes.append((epoch, start))
+                latest = epoch
+        if not changes:
+            return None
+        before = self.epochs.entries
+        self.epochs.assign_all(changes)
+        return before
+
+    def _epochs_failed(self, exc: OSError) -> None:
+        """The epoch checkpoint could neither be written nor removed: what is on disk may
+        contradict memory, so the log stops serving until a restart rebuilds it."""
+        self.take_offline(f"the leader epoch checkpoint of {self.name} failed: {exc}")
 
     # ---- storage failures ------------------------------------------------------------
 
@@ -291,7 +397,7 @@ class PartitionLog:
     def _failed(self, exc: OSError, what: str) -> OutOfSpace | LogOffline:
         """The error a failed write is answered with; anything but a clean out-of-space
         failure takes the log offline."""
-        if is_out_of_space(exc):
+        if is_out_of_space(exc) and self.offline is None:
             if self.space is not None:
                 self.space.note_out_of_space()
             return OutOfSpace(f"no space left on the log dir to {what} {self.name}: {exc}")
@@ -360,6 +466,7 @@ class PartitionLog:
             self.producer_state.take_snapshot()
         except OSError as exc:
             log.warning("%s: producer snapshot not written (%s)", self.name, exc)
+        self.epochs.flush_deferred()
         self.recovery_point = max(self.recovery_point, self.log_end_offset)
         if self.on_roll is not None:
             self.on_roll()
@@ -371,15 +478,27 @@ class PartitionLog:
         """Snapshot what must be synced to make everything appended so far durable."""
         if not self._dirty or self.offline is not None:
             return None
-        plan = FlushPlan(self, self.log_end_offset, self.active, self.active.size, self._dirty)
+        plan = FlushPlan(
+            self,
+            self.log_end_offset,
+            self.active,
+            self.active.size,
+            self._dirty,
+            self._truncations,
+        )
         self._dirty = []
         return plan
 
     def complete_flush(self, plan: FlushPlan) -> None:
+        if plan.truncations != self._truncations:
+            # The log was cut while this plan's fsyncs ran: its end offset may now name
+            # data appended since, which it did not sync. The truncation marked the active
+            # segment dirty, so the next round syncs and claims it.
+            return
         self.recovery_point = max(self.recovery_point, plan.end_offset)
         if plan.end_offset > self.flushed_offset:
             self.flushed_offset = plan.end_offset
-            if self.config.durable:
+            if self.config.durable and self.hw_follows_local:
                 self._advance_high_watermark(plan.end_offset, plan.end_segment, plan.end_position)
 
     def flush(self) -> None:
@@ -406,6 +525,33 @@ class PartitionLog:
             self.high_watermark = offset
             self._hw_segment = segment
             self._hw_position = position
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Advance the high watermark to `offset`, capped at the log end; never back. For
+        the replication layer (`hw_follows_local` off): a leader once the ISR holds the
+        data, a follower from its leader's fetch response. True if it moved."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.high_watermark:
+            return False
+        self._set_high_watermark(offset)
+        return True
+
+    def set_high_watermark(self, offset: int) -> int:
+        """Set the high watermark to `offset` clamped to [log start, log end], even below
+        where it is (Kafka's updateHighWatermark: a follower taking a new leader's lower
+        one, or a replica setting it from a checkpoint once it opens). Returns it."""
+        offset = max(self.log_start_offset, min(offset, self.log_end_offset))
+        self._set_high_watermark(offset)
+        return offset
+
+    def _set_high_watermark(self, offset: int) -> None:
+        """Move the high watermark and the file position reads bounded by it stop at."""
+        self.high_watermark = offset
+        if offset == self.log_end_offset:
+            self._hw_segment, self._hw_position = self.active, self.active.size
+        else:
+            self._hw_segment = self.segments[self.segment_for(offset)]
+            self._hw_position = self._hw_segment.position_of(offset)
 
     @property
     def has_unflushed(self) -> bool:
@@ -507,6 +653,8 @@ class PartitionLog:
             segment.delete(close=False)
             self.retire(segment)
         del self.segments[:deletable]
+        if deletable:
+            self.epochs.truncate_from_start(self.log_start_offset)
         return deletable
 
     def retire(self, segment: LogSegment) -> None:
@@ -525,21 +673,84 @@ class PartitionLog:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove everything at or above `offset` (recovery and tests only)."""
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().delete()
-        self.active.truncate_to(offset)
-        self.log_end_offset = self.active.next_offset
-        self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        # The cached position must be the high watermark's, which may sit below the new
-        # log end; pointing it at the end let reads bounded by the HW return more.
-        self._hw_segment = self.segments[self.segment_for(self.high_watermark)]
-        self._hw_position = self._hw_segment.position_of(self.high_watermark)
-        self._dirty = [self.active]
-        self.rebuild_producer_state()
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at or above `offset`: a follower cutting a tail its leader
+        does not have (Kafka's truncateTo), recovery, tests. Returns whether the log got
+        shorter.
+
+        A cut inside a batch removes that whole batch. The producer state is rebuilt
+        from the newest snapshot below the cut (later ones are deleted), the `.txnindex`
+        entries of removed markers go with it, the epoch cache loses the epochs that
+        started in the removed part, and the high watermark comes down to the new end.
+        Below the log start, the log is emptied and starts at `offset`. Removed segments'
+        descriptors stay open for the delete delay (a fetch may be sending from them). A
+        failure takes the log offline: the files may no longer match memory.
+        """
+        self.check_online()
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            # An epoch its leader assigned at the log end and never wrote in may still be
+            # there (this replica led, then lost leadership before any append).
+            self.epochs.truncate_from_end(self.log_end_offset)
+            return False
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        self._truncations += 1
+        try:
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                segment = self.segments.pop()
+                segment.delete(close=False)
+                self.retire(segment)
+            self.active.truncate_to(offset)
+            self.log_end_offset = self.active.next_offset
+            self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            # The cached position must be the high watermark's, which may sit below the new
+            # log end; pointing it at the end let reads bounded by the HW return more.
+            self._set_high_watermark(min(self.high_watermark, self.log_end_offset))
+            self._dirty = [self.active]
+            self.epochs.truncate_from_end(self.log_end_offset)
+            self.rebuild_producer_state()
+        except OSError as exc:
+            raise self.take_offline(f"truncating {self.name} to {offset} failed: {exc}") from exc
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at `offset` (Kafka's name): a
+        follower whose leader's log starts past this log's end, or whose leader's log
+        start falls inside the first batch it would fetch.
+
+        Crash safety: snapshots and the epoch checkpoint go first, then the segments
+        (oldest first), and the directory is synced before the new segment is created,
+        so a crash leaves the old log, a suffix of it, an empty log, or the new one:
+        never a new segment beside old snapshots that describe other data.
+        """
+        self.check_online()
+        if offset < 0:
+            raise ValueError(f"cannot start {self.name} at a negative offset {offset}")
+        self._truncations += 1
+        try:
+            self.producer_state.truncate_fully_and_start_at(offset)
+            self.epochs.clear()
+            self.check_online()
+            for segment in self.segments:
+                segment.delete(close=False)
+                self.retire(segment)
+            self.fs.fsync_dir(self.directory)
+            segment = LogSegment(self.fs, self.directory, offset, self.config.index_interval_bytes)
+            self.fs.fsync_dir(self.directory)
+        except OSError as exc:
+            raise self.take_offline(
+                f"emptying {self.name} to start at {offset} failed: {exc}"
+            ) from exc
+        self.segments = [segment]
+        self.log_end_offset = offset
+        self.flushed_offset = self.recovery_point = offset
+        self._dirty = []
+        self.high_watermark = offset
+        self._hw_segment, self._hw_position = segment, 0
 
     def rebuild_producer_state(self) -> int:
         """Load the newest usable snapshot and replay the log after it; return the number
@@ -572,9 +783,7 @@ class PartitionLog:
             for location in segment.read_headers(position):
                 marker = None
                 if location.header.is_control:
-                    raw = segment.read_bytes(location.position, location.header.size)
-                    kind, coordinator_epoch = parse_control_record(raw, verify_crc=False)
-                    marker = (kind == ControlType.ABORT, coordinator_epoch)
+                    marker = _marker_of(segment.read_bytes(location.position, location.header.size))
                 replayed.append((location.header, marker))
         completed = state.replay(replayed)
         state.advance(self.log_end_offset)
@@ -603,6 +812,20 @@ class PartitionLog:
                 segment.txn_index.rewrite(kept + mine)
         return len(replayed)
 
+    def _last_batch(self) -> BatchHeader | None:
+        """The header of the log's last batch, or None for an empty log."""
+        for segment in reversed(self.segments):
+            if segment.size:
+                location = segment.find_batch(segment.next_offset - 1)
+                return None if location is None else location.header
+        return None
+
+    def _all_headers(self) -> Iterator[BatchHeader]:
+        """Every batch header, oldest first (the epoch cache's rebuild walks them)."""
+        for segment in self.segments:
+            for location in segment.read_headers():
+                yield location.header
+
     # ---- transactions ----------------------------------------------------------------
 
     @property
@@ -630,13 +853,9 @@ class PartitionLog:
         header = parse_header(batch)._replace(base_offset=self.log_end_offset)
         plan = self.producer_state.plan()
         completed = plan.add_marker(header, not commit, coordinator_epoch)
-        aborted = None
+        aborted = []
         if completed is not None and completed.aborted:
-            # The stable offset once this transaction ended: the oldest still-open one's
-            # first offset, or just past the marker.
-            still_open = [o for p, o in self.producer_state.ongoing.items() if p != producer_id]
-            stable = min(still_open) if still_open else header.base_offset + 1
-            aborted = AbortedTxn(producer_id, completed.first_offset, header.base_offset, stable)
+            aborted.append(_aborted_txn(plan, completed))
         return self._write([header], batch, plan, aborted=aborted)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -650,16 +869,23 @@ class PartitionLog:
                     out.append((entry.producer_id, entry.first_offset))
         return out
 
-    def close(self) -> bool:
+    def close(self, delay: bool = False) -> bool:
         """Close after a flush: the producer snapshot at the end spares the next start a
         replay. Returns False if that snapshot could not be written (the next start
-        replays instead); the caller reports it."""
+        replays instead); the caller reports it. With `delay`, the descriptors are closed
+        only after the delete delay (close_retired), as a fetch may still be sending
+        from them."""
         written = True
         if not self.deleted and self.offline is None:
             try:
                 self.producer_state.take_snapshot()
             except OSError:
                 written = False
+            self.epochs.flush_deferred()
+        if delay:
+            for segment in self.segments:
+                self.retire(segment)
+            return written
         for segment in self.segments:
             segment.close()
         self.close_retired(force=True)
@@ -671,6 +897,21 @@ class PartitionLog:
         for segment in self.segments:
             self.retire(segment)
         self.fs.rmtree(self.directory)
+
+
+def _marker_of(batch: bytes | bytearray | memoryview) -> tuple[bool, int]:
+    """(is it an ABORT, its coordinator epoch) of a control batch, as replay takes it."""
+    kind, coordinator_epoch = parse_control_record(batch, verify_crc=False)
+    return kind == ControlType.ABORT, coordinator_epoch
+
+
+def _aborted_txn(plan: AppendPlan, completed: CompletedTxn) -> AbortedTxn:
+    """The `.txnindex` entry of an ABORT marker. Its stable offset is where the LSO stands
+    once the transaction ended: the oldest still-open transaction's first offset, or just
+    past the marker."""
+    still_open = [o for p, o in plan.open_transactions().items() if p != completed.producer_id]
+    stable = min(still_open) if still_open else completed.last_offset + 1
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, stable)
 
 
 def _bases(headers: list[BatchHeader], first: int) -> list[tuple[BatchHeader, int]]:

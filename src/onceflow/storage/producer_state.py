@@ -196,27 +196,35 @@ class AppendPlan:
         self.updated[header.producer_id] = entry
 
     def add_marker(
-        self, header: BatchHeader, aborted: bool, coordinator_epoch: int
+        self, header: BatchHeader, aborted: bool, coordinator_epoch: int, *, strict: bool = True
     ) -> CompletedTxn | None:
         """Record a COMMIT or ABORT marker at its assigned offset; return the transaction
         it ended, if the producer had one open here.
 
         A marker may carry a bumped epoch (a fence or a timeout abort): from then on the
         producer's older epoch is rejected here, which is what fences a zombie's writes.
+        With `strict` off (a marker already in a log: replay, a follower's copy) an older
+        producer or coordinator epoch is only logged, as Kafka does for its REPLICATION
+        origin: the log is the truth, and refusing it would stop recovery or replication.
         """
         entry = self._entry(header.producer_id)
+        problem = None
         if entry is not None and header.producer_epoch < entry.epoch:
-            raise KafkaError(
+            problem = KafkaError(
                 ErrorCode.invalid_producer_epoch,
                 f"marker epoch {header.producer_epoch} of producer {header.producer_id} is "
                 f"older than the current epoch {entry.epoch}",
             )
-        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
-            raise KafkaError(
+        elif entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            problem = KafkaError(
                 ErrorCode.transaction_coordinator_fenced,
                 f"marker from coordinator epoch {coordinator_epoch} after epoch "
                 f"{entry.coordinator_epoch}",
             )
+        if problem is not None:
+            if strict:
+                raise problem
+            log.warning("marker at offset %d kept anyway: %s", header.base_offset, problem)
         if entry is None or header.producer_epoch > entry.epoch:
             updated = ProducerEntry(header.producer_id, header.producer_epoch)
             if entry is not None:
@@ -233,6 +241,34 @@ class AppendPlan:
         updated.last_timestamp = header.max_timestamp
         self.updated[header.producer_id] = updated
         return completed
+
+    def replay_batch(
+        self, header: BatchHeader, marker: tuple[bool, int] | None
+    ) -> CompletedTxn | None:
+        """Record one batch that is already in a log, unchecked: recovery replaying its own
+        log, and a follower copying its leader's (both Kafka's REPLICATION origin).
+
+        A control batch comes with (is it an ABORT, its coordinator epoch), a data batch
+        with None. Returns the transaction a marker ended, if any.
+        """
+        if header.is_control:
+            if marker is None:
+                return None
+            return self.add_marker(header, marker[0], marker[1], strict=False)
+        if header.has_producer_id:
+            self.add(header)
+        return None
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction, as it would be once this
+        plan is applied (the state's, updated by the batches planned so far)."""
+        ongoing = dict(self._manager.ongoing)
+        for pid, entry in self.updated.items():
+            if entry.txn_first_offset == NO_TXN:
+                ongoing.pop(pid, None)
+            else:
+                ongoing[pid] = entry.txn_first_offset
+        return ongoing
 
     def apply(self) -> None:
         manager = self._manager
@@ -267,13 +303,9 @@ class ProducerStateManager:
         plan = self.plan()
         completed: list[CompletedTxn] = []
         for header, marker in batches:
-            if header.is_control:
-                if marker is not None:
-                    done = plan.add_marker(header, marker[0], marker[1])
-                    if done is not None:
-                        completed.append(done)
-            elif header.has_producer_id:
-                plan.add(header)
+            done = plan.replay_batch(header, marker)
+            if done is not None:
+                completed.append(done)
             self.map_end_offset = header.next_offset
         plan.apply()
         return completed
@@ -284,6 +316,15 @@ class ProducerStateManager:
 
     def advance(self, next_offset: int) -> None:
         self.map_end_offset = next_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Forget every producer and delete every snapshot: the log was emptied and starts
+        again at `offset`, so no snapshot describes anything in it."""
+        for snapshot in self.snapshot_offsets():
+            self.fs.remove(self.snapshot_path(snapshot))
+        self.producers = {}
+        self.ongoing = {}
+        self.map_end_offset = offset
 
     # ---- expiry ----------------------------------------------------------------------
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import ConfigError, describe_broker_config, describe_topic_config
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+
+if TYPE_CHECKING:
+    from onceflow.broker.broker import Broker
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -24,29 +28,23 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
             seen.add(topic.name)
-            if topic.assignments:
-                raise KafkaError(
-                    ErrorCode.invalid_request, "manual replica assignment is not supported"
-                )
+            assignment = _explicit_assignment(broker, topic)
             partitions = (
                 broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
             )
-            replicas = topic.replication_factor
-            if replicas not in (-1, 1):
-                raise KafkaError(
-                    ErrorCode.invalid_replication_factor,
-                    f"replication factor {replicas} is larger than the 1 available broker",
-                )
             if any(c.value is None for c in topic.configs):
                 raise KafkaError(ErrorCode.invalid_config, "null config values are not allowed")
             configs: dict[str, str] = {c.name: c.value for c in topic.configs}
             broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
-            if topic.name in broker.logs.topics:
+            if broker.topic_partition_count(topic.name) is not None:
                 raise KafkaError(
                     ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists"
                 )
-            if not request.validate_only:
-                broker.create_topic(topic.name, partitions, configs)
+            replicas = topic.replication_factor
+            if request.validate_only:
+                _validate_replication(broker, partitions, replicas, assignment)
+            else:
+                await broker.create_topic(topic.name, partitions, configs, replicas, assignment)
         except KafkaError as exc:
             error, message = exc.code, exc.message
         results.append(
@@ -55,6 +53,53 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(results))
+
+
+def _explicit_assignment(broker: Broker, topic: Any) -> dict[int, list[int]] | None:
+    """CreateTopics' manual assignment, checked as Kafka checks it."""
+    if not topic.assignments:
+        return None
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            "with a replica assignment, num_partitions and replication_factor must be -1",
+        )
+    live = {node for node, _, _ in broker.nodes()}
+    assignment: dict[int, list[int]] = {}
+    for entry in topic.assignments:
+        replicas = [int(b) for b in entry.broker_ids]
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"partition {entry.partition_index}: replicas {replicas} are empty or repeat",
+            )
+        unknown = sorted(set(replicas) - live)
+        if unknown:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"partition {entry.partition_index}: unknown brokers {unknown}",
+            )
+        assignment[int(entry.partition_index)] = replicas
+    if sorted(assignment) != list(range(len(assignment))):
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment, "partitions must be numbered from 0 without gaps"
+        )
+    if len({len(r) for r in assignment.values()}) != 1:
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment, "every partition needs the same replica count"
+        )
+    return assignment
+
+
+def _validate_replication(
+    broker: Broker, partitions: int, replicas: int, assignment: dict[int, list[int]] | None
+) -> None:
+    if assignment is not None:
+        return
+    if partitions <= 0:
+        raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
+    factor = broker.config.default_replication_factor if replicas == -1 else replicas
+    assign_replicas(partitions, factor, [node for node, _, _ in broker.nodes()], start=0)
 
 
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
@@ -122,16 +167,16 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
     broker = ctx.broker
     if resource.resource_type == RESOURCE_TOPIC:
-        info = broker.logs.topics.get(resource.resource_name)
-        if info is None:
+        overrides = broker.topic_configs(resource.resource_name)
+        if overrides is None:
             raise KafkaError(
                 ErrorCode.unknown_topic_or_partition, f"no topic '{resource.resource_name}'"
             )
         try:
-            topic = broker.config.topic_config(info.configs)
+            topic = broker.config.topic_config(overrides)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
-        return list(describe_topic_config(topic, info.configs, broker=broker.config))
+        return list(describe_topic_config(topic, overrides, broker=broker.config))
     if resource.resource_type == RESOURCE_BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             raise KafkaError(ErrorCode.invalid_request, f"no broker '{resource.resource_name}'")

@@ -1,5 +1,10 @@
 """Fetch: long polling completed by appends, with record bytes sent straight from files.
 
+Consumers read up to the high watermark (or the last stable offset) of a partition this
+broker leads. A follower's fetch (replica_id set) reads up to the log end, tells the leader
+how far the follower has copied (which may move the high watermark), and waits for appends
+rather than for the high watermark.
+
 The response is encoded by kio entity by entity, but each partition's `records` field is
 spliced in as a FileRegion, so record bytes never become Python objects on the way from the
 segment file to the socket.
@@ -16,7 +21,7 @@ from typing import Any
 from onceflow.broker.handlers.base import RawBody, RequestContext
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol import codec
-from onceflow.storage.partition_log import FileRegion
+from onceflow.storage.partition_log import FileRegion, PartitionLog
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -40,22 +45,26 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     clock = broker.clock
     deadline = clock.monotonic_ms() + int(request.max_wait.total_seconds() * 1000)
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    replica = request.replica_id if ctx.api_version < 15 else -1
+    purgatory = broker.replica_purgatory if replica >= 0 else broker.purgatory
     while True:
-        reads, total, failed = _read_all(ctx, request)
+        reads, total, failed = _read_all(ctx, request, replica)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
-        waiter = broker.purgatory.watch(keys)
+        waiter = purgatory.watch(keys)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), remaining / 1000)
         except TimeoutError:
             pass
         finally:
-            broker.purgatory.forget(keys, waiter)
+            purgatory.forget(keys, waiter)
     return RawBody(_encode(ctx, request, reads))
 
 
-def _read_all(ctx: RequestContext, request: Any) -> tuple[list[list[_PartitionRead]], int, bool]:
+def _read_all(
+    ctx: RequestContext, request: Any, replica: int
+) -> tuple[list[list[_PartitionRead]], int, bool]:
     committed = ctx.api_version >= 4 and request.isolation_level == READ_COMMITTED
     limit = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
     min_one = True
@@ -66,7 +75,7 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[list[_PartitionRe
         reads = []
         for p in topic.partitions:
             read = _read_partition(
-                ctx, topic.topic, p, committed, min(limit, p.partition_max_bytes), min_one
+                ctx, topic.topic, p, committed, min(limit, p.partition_max_bytes), min_one, replica
             )
             if read.region is not None:
                 limit = max(0, limit - read.region.size)
@@ -79,19 +88,27 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[list[_PartitionRe
 
 
 def _read_partition(
-    ctx: RequestContext, topic: str, p: Any, committed: bool, max_bytes: int, min_one: bool
+    ctx: RequestContext,
+    topic: str,
+    p: Any,
+    committed: bool,
+    max_bytes: int,
+    min_one: bool,
+    replica: int,
 ) -> _PartitionRead:
-    plog = ctx.broker.logs.get(topic, p.partition)
-    if plog is None:
-        return _PartitionRead(p.partition, ErrorCode.unknown_topic_or_partition)
-    lso = ctx.broker.last_stable_offset(plog)
-    upper = lso if committed else plog.high_watermark
+    broker = ctx.broker
     try:
+        plog = broker.leader_log(topic, p.partition)
+        check_leader_epoch(plog.leader_epoch, getattr(p, "current_leader_epoch", -1))
+        if replica >= 0:
+            return _read_for_follower(ctx, plog, p, max_bytes, replica)
+        lso = broker.last_stable_offset(plog)
+        upper = lso if committed else plog.high_watermark
         result = plog.read(p.fetch_offset, max_bytes, upper, min_one)
     except KafkaError as exc:
         return _PartitionRead(p.partition, exc.code)
     aborted = (
-        ctx.broker.aborted_transactions(plog, p.fetch_offset, result.region) if committed else None
+        broker.aborted_transactions(plog, p.fetch_offset, result.region) if committed else None
     )
     return _PartitionRead(
         p.partition,
@@ -101,6 +118,44 @@ def _read_partition(
         result.log_start_offset,
         result.region,
         aborted,
+    )
+
+
+def check_leader_epoch(leader_epoch: int, current: int) -> None:
+    """KIP-320: a client that knows a newer epoch than ours talks to a stale leader; one
+    that knows an older epoch must refresh its metadata first."""
+    if current < 0 or current == leader_epoch:
+        return
+    if current < leader_epoch:
+        raise KafkaError(ErrorCode.fenced_leader_epoch, f"epoch {current} < {leader_epoch}")
+    raise KafkaError(ErrorCode.unknown_leader_epoch, f"epoch {current} > {leader_epoch}")
+
+
+def _read_for_follower(
+    ctx: RequestContext, plog: PartitionLog, p: Any, max_bytes: int, replica: int
+) -> _PartitionRead:
+    partition = ctx.broker.replicated(plog)
+    if (
+        partition is None
+        or replica not in partition.state.replicas
+        or replica == ctx.broker.node_id
+    ):
+        # Only the partition's own followers fetch as replicas: a client that sets
+        # replica_id gets this error, never the unreplicated tail of the log.
+        raise KafkaError(
+            ErrorCode.replica_not_available,
+            f"{replica} is not a follower of {plog.name}",
+        )
+    result = plog.read(p.fetch_offset, max_bytes, plog.log_end_offset, True)
+    ctx.broker.follower_fetched(plog, replica, p.fetch_offset)
+    return _PartitionRead(
+        p.partition,
+        ErrorCode.none,
+        plog.high_watermark,
+        plog.last_stable_offset,
+        result.log_start_offset,
+        result.region,
+        None,
     )
 
 

@@ -47,7 +47,6 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    # One broker coordinates every group and every transactional id.
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ctx.response(
@@ -58,12 +57,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             host="",
             port=-1,
         )
-    broker = ctx.broker
-    if not broker.coordinator_available(key_type, request.key):
+    node = ctx.broker.coordinator_node(key_type, request.key)
+    if node is None:
         return ctx.response(
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.coordinator_not_available,
-            error_message="the coordinator's log partition is offline after a storage failure",
+            error_message="no coordinator right now: its log partition has no leader (or is "
+            "offline after a storage failure)",
             node_id=-1,
             host="",
             port=-1,
@@ -72,9 +72,9 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
-        node_id=broker.node_id,
-        host=broker.advertised_host,
-        port=broker.advertised_port,
+        node_id=node[0],
+        host=node[1],
+        port=node[2],
     )
 
 

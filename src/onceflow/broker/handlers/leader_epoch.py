@@ -1,4 +1,10 @@
-"""OffsetForLeaderEpoch: one broker, one leader epoch (0) that ends at the log end."""
+"""OffsetForLeaderEpoch (KIP-101, KIP-279): where a leader epoch ends in the leader's log.
+
+Followers ask it after a leader change to find where their log diverges; consumers ask it
+to validate their position after a leader change (KIP-320). The answer comes from the
+leader-epoch cache: the largest epoch not above the one asked for, and the offset where the
+next epoch starts (the log end for the latest).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,10 @@ import datetime
 from typing import Any
 
 from onceflow.broker.handlers.base import RequestContext
-from onceflow.errors import ErrorCode
+from onceflow.broker.handlers.fetch import check_leader_epoch
+from onceflow.errors import ErrorCode, KafkaError
+
+UNDEFINED = -1
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
@@ -14,18 +23,18 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            plog = ctx.broker.logs.get(topic.topic, p.partition)
-            if plog is None:
-                error, epoch, end = ErrorCode.unknown_topic_or_partition, -1, -1
-            elif p.current_leader_epoch > plog.leader_epoch:
-                error, epoch, end = ErrorCode.unknown_leader_epoch, -1, -1
-            elif 0 <= p.current_leader_epoch < plog.leader_epoch:
-                error, epoch, end = ErrorCode.fenced_leader_epoch, -1, -1
-            elif p.leader_epoch != plog.leader_epoch:
-                # Epoch 0 is the only one there ever was: any other is "undefined".
-                error, epoch, end = ErrorCode.none, -1, -1
-            else:
-                error, epoch, end = ErrorCode.none, plog.leader_epoch, plog.log_end_offset
+            try:
+                plog = ctx.broker.leader_log(topic.topic, p.partition)
+                check_leader_epoch(plog.leader_epoch, p.current_leader_epoch)
+                if plog.offline is not None:
+                    raise KafkaError(ErrorCode.kafka_storage_error, plog.offline)
+                if plog.epochs.latest_epoch is None and p.leader_epoch == plog.leader_epoch:
+                    epoch, end = plog.leader_epoch, plog.log_end_offset  # nothing written yet
+                else:
+                    epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)
+                error = ErrorCode.none
+            except KafkaError as exc:
+                error, epoch, end = exc.code, UNDEFINED, UNDEFINED
             partitions.append(
                 ctx.entity(
                     "EpochEndOffset",

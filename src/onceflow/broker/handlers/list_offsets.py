@@ -6,7 +6,8 @@ import datetime
 from typing import Any
 
 from onceflow.broker.handlers.base import RequestContext
-from onceflow.errors import ErrorCode
+from onceflow.broker.handlers.fetch import check_leader_epoch
+from onceflow.errors import ErrorCode, KafkaError
 
 LATEST = -1
 EARLIEST = -2
@@ -20,8 +21,13 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            error, offset, timestamp = _lookup(
-                ctx, topic.name, p.partition_index, p.timestamp, committed
+            error, offset, timestamp, epoch = _lookup(
+                ctx,
+                topic.name,
+                p.partition_index,
+                p.timestamp,
+                committed,
+                getattr(p, "current_leader_epoch", -1),
             )
             partitions.append(
                 ctx.entity(
@@ -30,7 +36,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     error_code=error,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0 if error is ErrorCode.none else -1,
+                    leader_epoch=epoch if error is ErrorCode.none else -1,
                 )
             )
         topics.append(
@@ -40,21 +46,30 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 def _lookup(
-    ctx: RequestContext, topic: str, partition: int, timestamp: int, committed: bool
-) -> tuple[ErrorCode, int, int]:
-    plog = ctx.broker.logs.get(topic, partition)
-    if plog is None:
-        return ErrorCode.unknown_topic_or_partition, -1, -1
+    ctx: RequestContext,
+    topic: str,
+    partition: int,
+    timestamp: int,
+    committed: bool,
+    current_epoch: int,
+) -> tuple[ErrorCode, int, int, int]:
+    """(error, offset, timestamp, leader epoch) of one partition's answer."""
+    try:
+        plog = ctx.broker.leader_log(topic, partition)
+        check_leader_epoch(plog.leader_epoch, current_epoch)
+    except KafkaError as exc:
+        return exc.code, -1, -1, -1
     if plog.offline is not None:
-        return ErrorCode.kafka_storage_error, -1, -1
+        return ErrorCode.kafka_storage_error, -1, -1, -1
+    epoch = plog.leader_epoch
     visible = ctx.broker.last_stable_offset(plog) if committed else plog.high_watermark
     if timestamp == LATEST:
-        return ErrorCode.none, visible, -1
+        return ErrorCode.none, visible, -1, epoch
     if timestamp == EARLIEST:
-        return ErrorCode.none, plog.log_start_offset, -1
+        return ErrorCode.none, plog.log_start_offset, -1, epoch
     if timestamp == MAX_TIMESTAMP or timestamp < 0:
-        return ErrorCode.none, -1, -1
+        return ErrorCode.none, -1, -1, epoch
     found = plog.offset_for_timestamp(timestamp)
     if found is None or found[0] >= visible:
-        return ErrorCode.none, -1, -1
-    return ErrorCode.none, found[0], found[1]
+        return ErrorCode.none, -1, -1, epoch
+    return ErrorCode.none, found[0], found[1], epoch

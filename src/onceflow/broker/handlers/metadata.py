@@ -1,4 +1,8 @@
-"""Metadata: brokers, topics and partitions; auto-creates topics as Kafka does."""
+"""Metadata: brokers, topics and partitions; auto-creates topics as Kafka does.
+
+Alone, the broker lists itself and its own logs; on a cluster, every live broker and each
+partition's leader, replicas and ISR as ZooKeeper last told this broker.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import datetime
 from typing import Any
 
 from onceflow.broker.handlers.base import RequestContext
+from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
 
 # Kafka's "authorized operations not requested" value.
@@ -16,68 +21,60 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        names = sorted(t for t in broker.logs.topics if not broker.logs.topics[t].internal)
-        names += sorted(t for t in broker.logs.topics if broker.logs.topics[t].internal)
-        requested: list[str] = names
+        requested = broker.topic_names()
         auto_create = False
     else:
         requested = [t.name for t in request.topics]
         auto_create = version < 4 or bool(request.allow_auto_topic_creation)
-    topics = [_describe_topic(ctx, name, auto_create) for name in requested]
-    node = ctx.entity(
-        "MetadataResponseBroker",
-        node_id=broker.node_id,
-        host=broker.advertised_host,
-        port=broker.advertised_port,
-        rack=None,
+    topics = [await _describe_topic(ctx, name, auto_create) for name in requested]
+    nodes = tuple(
+        ctx.entity("MetadataResponseBroker", node_id=node, host=host, port=port, rack=None)
+        for node, host, port in broker.nodes()
     )
     return ctx.response(
         throttle_time=datetime.timedelta(0),
-        brokers=(node,),
+        brokers=nodes,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=broker.controller_id(),
         topics=tuple(topics),
         cluster_authorized_operations=_NO_OPERATIONS,
     )
 
 
-def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> Any:
+async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> Any:
     broker = ctx.broker
-    info = broker.logs.topics.get(name)
+    count = broker.topic_partition_count(name)
     error = ErrorCode.none
-    if info is None and auto_create:
+    if count is None and auto_create:
         try:
-            info = broker.auto_create_topic(name)
+            await broker.auto_create_topic(name)
         except KafkaError as exc:
             error = exc.code
-    if info is None and error is ErrorCode.none:
+        count = broker.topic_partition_count(name)
+    if count is None and error is ErrorCode.none:
         error = ErrorCode.unknown_topic_or_partition
     partitions = ()
-    if info is not None:
-        partitions = tuple(_describe_partition(ctx, name, p) for p in range(info.partitions))
+    if count is not None:
+        partitions = tuple(_describe_partition(ctx, name, p) for p in range(count))
     return ctx.entity(
         "MetadataResponseTopic",
         error_code=error,
         name=name,
-        is_internal=bool(info and info.internal),
+        is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
         topic_authorized_operations=_NO_OPERATIONS,
     )
 
 
 def _describe_partition(ctx: RequestContext, topic: str, partition: int) -> Any:
-    """Kafka's view of a partition whose only replica is offline (its log failed): no
-    leader, LEADER_NOT_AVAILABLE, the replica listed as offline."""
-    node = ctx.broker.node_id
-    plog = ctx.broker.logs.get(topic, partition)
-    offline = plog is not None and plog.offline is not None
+    view = ctx.broker.partition_view(topic, partition)
     return ctx.entity(
         "MetadataResponsePartition",
-        error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
+        error_code=view.error,
         partition_index=partition,
-        leader_id=-1 if offline else node,
-        leader_epoch=0,
-        replica_nodes=(node,),
-        isr_nodes=() if offline else (node,),
-        offline_replicas=(node,) if offline else (),
+        leader_id=view.leader,
+        leader_epoch=view.leader_epoch,
+        replica_nodes=view.replicas,
+        isr_nodes=view.isr,
+        offline_replicas=view.offline,
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = request.acks
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
     topics: list[Any] = []
@@ -47,8 +48,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     append_time = datetime.datetime.fromtimestamp(
                         result.log_append_time / 1000, datetime.UTC
                     )
-                if acks == -1 and plog.config.durable:
-                    waits.append(broker.flusher.durable(plog, result.last_offset))
+                wait = broker.acknowledgement(plog, result.last_offset, acks, timeout_ms)
+                if wait is not None:
+                    waits.append(wait)
                     waiting.append((len(topics), len(partitions)))
             except KafkaError as exc:
                 error, message = exc.code, exc.message
@@ -80,8 +82,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 def _unacknowledged(
     response: Any, waiting: list[tuple[int, int]], errors: list[KafkaError | None]
 ) -> Any:
-    """The response with an error for each partition whose fsync failed: its data was
-    never made durable, so it is not acknowledged."""
+    """The response with an error for each partition whose fsync failed or that was not
+    replicated as acks=all asks: its data is not acknowledged."""
     parts = [list(t.partition_responses) for t in response.responses]
     for (t, p), error in zip(waiting, errors, strict=True):
         if error is not None:
@@ -128,6 +130,7 @@ def _append(
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
     broker.disk.admit_client_write()
+    broker.check_replicas(plog, acks)
     result = plog.append_batches(records, headers)
     broker.appended(plog)
     return plog, result

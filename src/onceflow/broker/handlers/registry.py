@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onceflow.broker.handlers import admin, group, log_dirs, txn, txn_admin
+from onceflow.broker.handlers import admin, cluster_info, group, log_dirs, txn, txn_admin
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
 from onceflow.broker.handlers.fetch import handle_fetch
@@ -20,6 +20,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     **admin.HANDLERS,
+    **cluster_info.HANDLERS,
     **log_dirs.HANDLERS,
     **group.HANDLERS,
     **txn.HANDLERS,

@@ -6,7 +6,7 @@ import datetime
 from typing import Any
 
 from onceflow.broker.handlers.base import Handler, RequestContext
-from onceflow.errors import ErrorCode
+from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -26,11 +26,15 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     epoch a KIP-360 client sends, since a fresh id can never collide with state a partition
     still holds. With one: the transaction coordinator's epoch bump and fencing."""
     if request.transactional_id is None:
+        try:
+            producer_id, error = ctx.broker.producer_ids.next_id(), ErrorCode.none
+        except KafkaError as exc:  # on a cluster, ZooKeeper could not give a block
+            producer_id, error = -1, exc.code
         return ctx.response(
             throttle_time=_NO_THROTTLE,
-            error_code=ErrorCode.none,
-            producer_id=ctx.broker.producer_ids.next_id(),
-            producer_epoch=0,
+            error_code=error,
+            producer_id=producer_id,
+            producer_epoch=0 if producer_id >= 0 else -1,
         )
     version = ctx.api_version
     result = await ctx.broker.txn_coordinator.init_producer_id(

@@ -20,6 +20,9 @@ from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.storage.partition_log import PartitionLog
 
+#: How long a WriteTxnMarkers answer waits for its markers to be replicated.
+MARKER_TIMEOUT_MS = 30_000
+
 __all__ = ["HANDLERS", "WRITE_TXN_MARKERS"]
 
 WRITE_TXN_MARKERS = 27  # Kafka's API key (an inter-broker API that admin clients also send)
@@ -41,13 +44,14 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
-            plog = ctx.broker.logs.get(topic.name, index)
-            if plog is None:
+            try:
+                plog = ctx.broker.leader_log(topic.name, index)
+            except KafkaError as exc:
                 partitions.append(
                     ctx.entity(
                         "PartitionResponse",
                         partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=exc.code,
                         error_message=None,
                         active_producers=(),
                     )
@@ -198,11 +202,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
         written: list[tuple[PartitionLog, int]] = []
         for topic in marker.topics:
             for index in topic.partition_indexes:
-                plog = broker.logs.get(topic.name, index)
-                if plog is None:
-                    errors[(topic.name, index)] = ErrorCode.unknown_topic_or_partition
-                    continue
                 try:
+                    plog = broker.leader_log(topic.name, index)
                     appended = plog.append_marker(
                         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, commit
                     )
@@ -213,9 +214,15 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                 written.append((plog, appended.last_offset))
                 errors[(topic.name, index)] = ErrorCode.none
         for plog, offset in written:
-            if plog.config.durable:
+            wait = broker.acknowledgement(plog, offset, -1, MARKER_TIMEOUT_MS)
+            if wait is not None:
                 try:
-                    await broker.flusher.durable(plog, offset)
+                    await wait
+                except KafkaError as exc:
+                    # Not replicated as acks=all asks: the client retries (markers are
+                    # idempotent).
+                    errors[(plog.topic, plog.partition)] = exc.code
+                    continue
                 except (OSError, RuntimeError):
                     # The marker is in the log but not known to be on disk: the client
                     # must not take it as written, and may retry (markers are idempotent).

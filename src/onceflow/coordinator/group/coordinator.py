@@ -3,8 +3,16 @@
 The request handlers call one method per API and turn the returned values into responses.
 JoinGroup and SyncGroup may wait (for the other members, for the leader's assignment); they
 park a future and return when a later request or `poll()` resolves it. Everything else
-answers at once. The broker calls `await load()` at startup and `await poll()` periodically
-(every 100 ms or so) to expire sessions, finish timed-out rebalances and expire offsets.
+answers at once. The broker calls `await poll()` periodically (every 100 ms or so) to expire
+sessions, finish timed-out rebalances and expire offsets.
+
+Which groups are coordinated here goes by `__consumer_offsets` partition. A single broker
+calls `await load()` at startup: every partition, rebuilt from the log (until then every
+group answers COORDINATOR_LOAD_IN_PROGRESS). A broker of a cluster coordinates the groups of
+the partitions it leads: it makes the coordinator with `serve_all=False` (or calls
+`serve_loaded_only()`), calls `await load_partition(p)` when it becomes the leader of
+partition p (its groups answer COORDINATOR_LOAD_IN_PROGRESS until the load is done) and
+`unload(p)` when it stops leading it (its groups are forgotten and answer NOT_COORDINATOR).
 
 Transactions: TxnOffsetCommit writes a transactional batch through `txn_offset_commit`, and
 the broker calls `complete_txn` after each COMMIT or ABORT marker it writes to a
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
@@ -24,7 +33,7 @@ from onceflow.coordinator.group.join import Joiner, JoinRequest
 from onceflow.coordinator.group.log import OffsetsLog
 from onceflow.coordinator.group.manager import GroupMetadataManager
 from onceflow.coordinator.group.metadata import GroupMetadata
-from onceflow.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
+from onceflow.coordinator.group.offsets import OFFSETS_TOPIC, OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group.rebalance import Rebalancer, new_future
 from onceflow.coordinator.group.results import (
     NO_MEMBER_ID,
@@ -39,6 +48,8 @@ from onceflow.coordinator.group.results import (
 )
 from onceflow.coordinator.group.state import GroupState
 from onceflow.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 _E = GroupState.EMPTY
 _P = GroupState.PREPARING_REBALANCE
@@ -60,8 +71,13 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int | None = None,
         offsets_retention_ms: int | None = None,
         new_uuid: Callable[[], str] | None = None,
+        serve_all: bool = True,
     ) -> None:
-        """Settings come from `config` (default: Kafka's), each keyword overriding one."""
+        """Settings come from `config` (default: Kafka's), each keyword overriding one.
+
+        `serve_all=False` is for a broker of a cluster: no partition is served (every group
+        answers NOT_COORDINATOR) until `load_partition` loads it.
+        """
         overrides = {
             "offsets_topic_num_partitions": offsets_partitions,
             "group_min_session_timeout_ms": min_session_timeout_ms,
@@ -74,7 +90,8 @@ class GroupCoordinator:
             **{name: value for name, value in overrides.items() if value is not None},
         )
         self._clock = clock
-        self._manager = GroupMetadataManager(log, clock, self.config)
+        self._manager = GroupMetadataManager(log, clock, self.config, serve_all=serve_all)
+        self._partitions = self._manager.partitions
         self._rebalancer = Rebalancer(clock, self.config, self._manager)
         self._joiner = Joiner(
             clock,
@@ -84,10 +101,8 @@ class GroupCoordinator:
             new_uuid or (lambda: str(uuid.uuid4())),
         )
         self._closed = False
-        self._next_retention_check_ms = 0
-        # __consumer_offsets partitions whose log went offline: their groups are no longer
-        # coordinated here (NOT_COORDINATOR) until a restart reloads them from disk.
-        self._unloaded: set[int] = set()
+        # The offsets-expiry timer: armed by the first load (of all or of one partition).
+        self._next_retention_check_ms: int | None = None
 
     # -- lifecycle
 
@@ -96,29 +111,106 @@ class GroupCoordinator:
         return self._manager.partition_for(group_id)
 
     async def load(self) -> None:
-        """Rebuild groups and offsets from __consumer_offsets; requests wait for this."""
-        self._manager.load()
-        for group in self._manager.groups.values():
+        """A single broker: serve every partition, each rebuilt from the log."""
+        for partition in range(self.config.offsets_topic_num_partitions):
+            await self._load(partition, None, force=True)
+
+    async def load_partition(self, partition: int, coordinator_epoch: int | None = None) -> None:
+        """Start serving one partition (its broker became the leader): replay it from the
+        log and install its groups and offsets, replacing anything of it still in memory.
+
+        Its groups answer COORDINATOR_LOAD_IN_PROGRESS until the load is done. Nothing is
+        done for a partition already served or loading, unless `coordinator_epoch` (the
+        partition's leader epoch) is newer than the one it was loaded with, which starts
+        over; nor for an epoch older than the newest seen for it (a stale call). The first
+        call leaves the single-broker initial state (`serve_loaded_only`). Returns when the
+        partition is served, or when an unload or a newer load overtook this one. If the
+        read fails the partition is left unserved (NOT_COORDINATOR) and the error raised.
+        """
+        if self._closed:
+            return
+        self.serve_loaded_only()
+        await self._load(partition, coordinator_epoch, force=False)
+
+    async def _load(self, partition: int, epoch: int | None, *, force: bool) -> None:
+        token = self._partitions.begin(partition, epoch, force=force)
+        if token is None:
+            return
+        self._forget(partition)  # what a newer epoch replaces: parked requests are answered
+        loaded = await self._manager.load_partition(partition, token)
+        if loaded is None:
+            return
+        for group in loaded:
             for member in group.members.values():
                 self._rebalancer.schedule_heartbeat(member)
             if len(group.members) > self.config.group_max_size:
                 self._rebalancer.prepare_rebalance(group)
-        interval = self.config.offsets_retention_check_interval_ms
-        self._next_retention_check_ms = self._clock.monotonic_ms() + interval
+        if self._next_retention_check_ms is None:
+            interval = self.config.offsets_retention_check_interval_ms
+            self._next_retention_check_ms = self._clock.monotonic_ms() + interval
+        if force and not loaded:
+            return  # a single broker's start: one line per empty partition says nothing
+        log.info(
+            "loaded %d groups of %s-%d%s",
+            len(loaded),
+            OFFSETS_TOPIC,
+            partition,
+            "" if epoch is None else f" for coordinator epoch {epoch}",
+        )
 
-    def unload(self, partition: int) -> None:
-        """Stop coordinating the groups of an offsets partition whose log went offline:
-        parked requests and new ones get NOT_COORDINATOR, timers leave them alone."""
-        if partition in self._unloaded:
+    def unload(self, partition: int, coordinator_epoch: int | None = None) -> None:
+        """Stop coordinating the groups of an offsets partition (its broker no longer leads
+        it, or its log went offline) and forget them: parked joins and syncs answer
+        NOT_COORDINATOR, their timers stop, and so does a load of it in progress. Later
+        requests get NOT_COORDINATOR; a later `load_partition` starts from the log again.
+
+        Ignored when `coordinator_epoch` is older than the newest seen for the partition.
+        """
+        if not self._partitions.drop(partition, coordinator_epoch):
             return
-        self._unloaded.add(partition)
-        for group in self._manager.groups.values():
-            if self.partition_for(group.group_id) == partition:
-                self._rebalancer.close(group)
+        gone = self._forget(partition)
+        if gone:
+            log.info("unloaded %d groups of %s-%d", len(gone), OFFSETS_TOPIC, partition)
+
+    def _forget(self, partition: int) -> list[GroupMetadata]:
+        gone = self._manager.forget(partition)
+        now = self._clock.now_ms()
+        for group in gone:
+            self._rebalancer.close(group)
+            # Dead, so that a request still working on this object leaves it alone.
+            group.transition_to(_D, now)
+        return gone
+
+    def serve_loaded_only(self) -> None:
+        """Serve only what `load_partition` loads: leave the initial state of a coordinator
+        made with `serve_all` (every group loading until `load()`), for a broker that turns
+        out to be one of a cluster. Partitions loaded already stay served."""
+        self._partitions.serve_loaded_only()
 
     def owns(self, group_id: str) -> bool:
-        """Whether this coordinator serves the group (its partition is online)."""
-        return self.partition_for(group_id) not in self._unloaded
+        """Whether this coordinator serves the group: its partition is loaded here."""
+        return self._partitions.owns(self.partition_for(group_id))
+
+    def loading(self, group_id: str) -> bool:
+        """Whether the group's partition is being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
+        return self._partitions.loading(self.partition_for(group_id))
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """What a request for the group gets before anything else is looked at: NONE when
+        served here, else COORDINATOR_NOT_AVAILABLE (closed), COORDINATOR_LOAD_IN_PROGRESS
+        or NOT_COORDINATOR."""
+        if self._closed:
+            return ErrorCode.coordinator_not_available
+        return self._partitions.error(self.partition_for(group_id)) or ErrorCode.none
+
+    @property
+    def loaded_partitions(self) -> frozenset[int]:
+        """The __consumer_offsets partitions served here."""
+        return self._partitions.owned
+
+    @property
+    def loading_partitions(self) -> frozenset[int]:
+        return self._partitions.loading_partitions
 
     def close(self) -> None:
         """Answer every parked request with NOT_COORDINATOR and refuse new ones."""
@@ -128,13 +220,13 @@ class GroupCoordinator:
 
     async def poll(self) -> None:
         """Apply every deadline that has passed: sessions, delayed joins, syncs, retention."""
-        if self._closed or not self._manager.loaded:
+        if self._closed:
             return
         for group in list(self._manager.groups.values()):
             if self.owns(group.group_id):
                 self._rebalancer.expire(group)
         now = self._clock.monotonic_ms()
-        if now >= self._next_retention_check_ms:
+        if self._next_retention_check_ms is not None and now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
             await self._manager.expire_offsets(self.owns)
         await self._rebalancer.flush()
@@ -150,13 +242,8 @@ class GroupCoordinator:
     def _status_error(self, group_id: str | None, *, allow_empty_id: bool) -> ErrorCode | None:
         if group_id is None or (not group_id and not allow_empty_id):
             return ErrorCode.invalid_group_id
-        if self._closed:
-            return ErrorCode.coordinator_not_available
-        if not self._manager.loaded:
-            return ErrorCode.coordinator_load_in_progress
-        if group_id and not self.owns(group_id):
-            return ErrorCode.not_coordinator
-        return None
+        error = self.coordinator_error(group_id)
+        return None if error is ErrorCode.none else error
 
     # -- JoinGroup
 
@@ -418,7 +505,8 @@ class GroupCoordinator:
         """The broker wrote `producer_id`'s COMMIT (or ABORT) marker to __consumer_offsets-
         `partition`: materialise (or drop) its pending offsets in that partition's groups.
 
-        Before `load()` this does nothing: loading replays the marker from the log.
+        For a partition not served here this does nothing: loading replays the marker from
+        the log. During the partition's load it is applied once the load is done.
         """
         self._manager.complete_txn(producer_id, commit=commit, partition=partition)
 
@@ -455,7 +543,10 @@ class GroupCoordinator:
     def list_groups(self) -> tuple[ErrorCode, list[GroupOverview]]:
         if self._closed:
             return ErrorCode.coordinator_not_available, []
-        error = ErrorCode.none if self._manager.loaded else ErrorCode.coordinator_load_in_progress
+        # As Kafka: the groups of the partitions served, and LOAD_IN_PROGRESS while any
+        # partition loads (its groups are not listed yet).
+        loading = bool(self._partitions.loading_partitions)
+        error = ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none
         return error, [
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
             for g in self._manager.groups.values()

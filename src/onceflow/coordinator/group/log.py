@@ -12,7 +12,7 @@ producer wrote a record, whether it was transactional, and which records are mar
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, Awaitable, Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from onceflow.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, parse_header
@@ -56,8 +56,11 @@ class OffsetsLog(Protocol):
         """
         ...
 
-    def read(self, partition: int) -> Iterable[LogEntry]:
-        """Every record of the partition, markers included, oldest first, for loading."""
+    def read(self, partition: int) -> Iterable[LogEntry] | AsyncIterable[LogEntry]:
+        """Every record of the partition, markers included, oldest first, for loading.
+
+        An async iterable lets a load wait for the log; the partition's groups answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile. A plain iterable is read in one go."""
         ...
 
 

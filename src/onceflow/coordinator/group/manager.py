@@ -2,7 +2,10 @@
 
 Every change a client must be able to rely on after a restart is written here first: group
 metadata when a generation stabilises or the group empties, each offset commit, and the
-tombstones that retention produces. `load()` rebuilds the cache from the log alone.
+tombstones that retention produces. The cache is rebuilt from the log alone, one partition
+at a time (`load_partition`, Kafka's `loadGroupsAndOffsets`), and a partition's groups are
+forgotten when it stops being served here (`forget`, Kafka's `removeGroupsForPartition`).
+`partitions` says which partitions are served, which are loading, and at which epoch.
 
 Transactional commits are offset records in a transactional batch. They stay pending per
 producer until that producer's COMMIT or ABORT marker in the same partition, both when they
@@ -11,8 +14,9 @@ are written (`store_txn_offsets`, then `complete_txn`) and when the log is repla
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
@@ -36,6 +40,7 @@ from onceflow.coordinator.group.offsets import (
 )
 from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.coordinator.group.state import GroupState
+from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import InvariantViolation
@@ -78,17 +83,34 @@ def append_error(exc: Exception, *, offsets: bool) -> ErrorCode:
 
 
 class GroupMetadataManager:
-    def __init__(self, log: OffsetsLog, clock: Clock, config: GroupCoordinatorConfig) -> None:
+    def __init__(
+        self,
+        log: OffsetsLog,
+        clock: Clock,
+        config: GroupCoordinatorConfig,
+        *,
+        serve_all: bool = True,
+    ) -> None:
         self._log = log
         self._write_failures = WriteFailureLog(_logger, "writes to __consumer_offsets")
         self._clock = clock
         self._config = config
+        # Only groups of served partitions are here: a partition's groups are installed
+        # when its load finishes and removed when it is unloaded.
         self.groups: dict[str, GroupMetadata] = {}
-        self.loaded = False
+        # Until load() (one broker) every partition is loading; with serve_all=False none.
+        self.partitions = PartitionOwnership(
+            config.offsets_topic_num_partitions, serve_all=serve_all, initially_loading=True
+        )
         # Position of the next record in any partition: orders commits (see offset_store).
         self._next_seq = 0
         # producer id -> groups with transactional offsets of it pending or being written.
         self._txn_groups: dict[int, set[str]] = {}
+        # Appends not finished yet, per partition: a load waits for them before reading.
+        self._appending: dict[int, set[asyncio.Future[None]]] = {}
+        # Markers reported (complete_txn) while their partition was loading: applied when
+        # the load installs what it read, in case the read ended before the marker.
+        self._completed_while_loading: dict[int, list[tuple[int, bool]]] = {}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self._config.offsets_topic_num_partitions)
@@ -99,81 +121,92 @@ class GroupMetadataManager:
     def add(self, group: GroupMetadata) -> GroupMetadata:
         return self.groups.setdefault(group.group_id, group)
 
-    # -- loading
+    # -- loading and unloading
 
-    def load(self) -> None:
-        """Rebuild every group and committed offset from the log: newest record per key wins."""
-        self.groups.clear()
-        self._txn_groups.clear()
-        for partition in range(self._config.offsets_topic_num_partitions):
-            self._load_partition(self._log.read(partition))
-        self.loaded = True
+    async def load_partition(self, partition: int, token: int) -> list[GroupMetadata] | None:
+        """Replay one partition and install its groups and offsets; returns the groups.
 
-    def _load_partition(self, entries: Iterable[LogEntry]) -> None:
-        """Replay one partition: the newest record per key wins, markers settle transactions.
-
-        A transactional offset record waits under its producer id. That producer's COMMIT
-        marker installs it unless a newer record already set the key; ABORT drops it; what
-        has no marker yet stays pending, for the transaction coordinator to finish.
+        `token` is the load's, from `partitions.begin`. Appends to the partition still in
+        flight are awaited first, so the read sees them. None (nothing installed) when the
+        partition was unloaded or loaded again meanwhile. A read that fails leaves the
+        partition neither served nor loading, and raises.
         """
-        groups: dict[str, GroupRecord | None] = {}
-        offsets: dict[OffsetKey, CommittedOffset | None] = {}
-        pending: dict[int, dict[OffsetKey, CommittedOffset | None]] = {}
-        for entry in entries:
-            seq = self._take_seq(1)
-            if entry.control is not None:
-                settled = pending.pop(entry.producer_id, {})
-                if entry.control == ControlType.COMMIT:
-                    for settled_key, committed in settled.items():
-                        current = offsets.get(settled_key)
-                        if committed is not None and (
-                            current is None or current.log_seq < committed.log_seq
-                        ):
-                            offsets[settled_key] = committed
-                continue
-            try:
-                key = decode_key(entry.key) if entry.key is not None else None
-                if isinstance(key, OffsetKey):
-                    value = (
-                        None
-                        if entry.value is None
-                        else CommittedOffset(decode_offset_value(entry.value), seq)
-                    )
-                    if entry.transactional:
-                        pending.setdefault(entry.producer_id, {})[key] = value
-                    else:
-                        offsets[key] = value
-                elif isinstance(key, GroupKey):
-                    groups[key.group] = (
-                        None if entry.value is None else decode_group_value(entry.value)
-                    )
-            except KafkaError as exc:
-                # One undecodable record must not keep the broker from starting.
-                log.error("skipping an undecodable record at offset %d: %s", entry.offset, exc)
+        try:
+            pending = self._appending.get(partition)
+            if pending:
+                await asyncio.wait(list(pending))
+            replay = _Replay(self._take_seq)
+            source = self._log.read(partition)
+            if isinstance(source, AsyncIterable):
+                async for entry in source:
+                    replay.add(entry)
+            else:
+                for entry in source:
+                    replay.add(entry)
+        except BaseException:
+            self.partitions.abandon(partition, token)
+            self._completed_while_loading.pop(partition, None)
+            raise
+        if not self.partitions.current(partition, token):
+            return None
+        completed = self._completed_while_loading.pop(partition, [])
+        loaded = self._install(partition, replay)
+        self.partitions.finish(partition, token)
+        for producer_id, commit in completed:
+            self.complete_txn(producer_id, commit=commit, partition=partition)
+        return loaded
+
+    def _install(self, partition: int, replay: _Replay) -> list[GroupMetadata]:
+        """Put what the replay found in the cache, replacing whatever of it was there."""
+        self.forget(partition)
         now = self._clock.now_ms()
-        for group_id, record in groups.items():
+        loaded: dict[str, GroupMetadata] = {}
+
+        def group_for_offsets(group_id: str) -> GroupMetadata:
+            # Offsets of a group that only commits (or lost its metadata): created Empty.
+            group = loaded.get(group_id)
+            if group is None:
+                group = loaded[group_id] = GroupMetadata(group_id, now)
+            return group
+
+        for group_id, record in replay.groups.items():
             if record is not None:
-                self.groups[group_id] = GroupMetadata.from_record(group_id, record, now)
-        for key, committed in offsets.items():
+                loaded[group_id] = GroupMetadata.from_record(group_id, record, now)
+        for key, committed in replay.offsets.items():
             if committed is not None:
-                group = self._group_for_offsets(key.group, now)
+                group = group_for_offsets(key.group)
                 group.offsets.put(TopicPartition(key.topic, key.partition), committed)
-        for producer_id, txn_offsets in pending.items():
+        for producer_id, txn_offsets in replay.pending.items():
             for key, committed in txn_offsets.items():
                 if committed is None:
                     continue
-                group = self._group_for_offsets(key.group, now)
+                group = group_for_offsets(key.group)
                 tp = TopicPartition(key.topic, key.partition)
                 group.offsets.add_pending_txn(producer_id, tp, committed)
                 self._txn_groups.setdefault(producer_id, set()).add(key.group)
+        self.groups.update(loaded)
+        return list(loaded.values())
 
-    def _group_for_offsets(self, group_id: str, now: int) -> GroupMetadata:
-        """The group, created Empty for offsets of a group that only commits (or lost its
-        metadata)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = GroupMetadata(group_id, now)
-        return group
+    def forget(self, partition: int) -> list[GroupMetadata]:
+        """Remove a partition's groups from the cache (and from the producers' links);
+        returns them, for the coordinator to answer their parked requests."""
+        gone = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+        for group in gone:
+            del self.groups[group.group_id]
+        names = {g.group_id for g in gone}
+        for producer_id in list(self._txn_groups):
+            self._txn_groups[producer_id] -= names
+            if not self._txn_groups[producer_id]:
+                del self._txn_groups[producer_id]
+        self._completed_while_loading.pop(partition, None)
+        return gone
+
+    def is_current(self, group: GroupMetadata) -> bool:
+        """Whether the group object is the cached one of a served partition: false for a
+        group whose partition was unloaded (or reloaded) while a request was using it."""
+        return self.groups.get(group.group_id) is group and self.partitions.owns(
+            self.partition_for(group.group_id)
+        )
 
     def _take_seq(self, count: int) -> int:
         seq = self._next_seq
@@ -190,17 +223,29 @@ class GroupMetadataManager:
         """
         seq = self._take_seq(len(records))
         batch = encode_batch(records, self._clock.now_ms())
-        await self._logged(self._log.append(self.partition_for(group_id), batch), group_id)
+        partition = self.partition_for(group_id)
+        await self._logged(partition, self._log.append(partition, batch), group_id)
         return seq
 
-    async def _logged(self, append: Awaitable[object], group_id: str) -> None:
-        """Await an append, noting failures in the write-failure log (one line per run)."""
+    async def _logged(self, partition: int, append: Awaitable[object], group_id: str) -> None:
+        """Await an append, noting failures in the write-failure log (one line per run).
+
+        The append counts as in flight for its partition until it ends, so a load of the
+        partition reads only after it (see load_partition)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        in_flight = self._appending.setdefault(partition, set())
+        in_flight.add(done)
         try:
             await append
         except Exception as exc:
             if storage_error_code(exc) is not None:
                 self._write_failures.failed(f"group {group_id}", exc)
             raise
+        finally:
+            in_flight.discard(done)
+            if not in_flight and self._appending.get(partition) is in_flight:
+                del self._appending[partition]
+            done.set_result(None)
         self._write_failures.succeeded()
 
     async def store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> ErrorCode:
@@ -289,8 +334,9 @@ class GroupMetadataManager:
         self._txn_groups.setdefault(producer_id, set()).add(group_id)
         append = group.offsets.begin_txn_append(producer_id, entries)
         try:
+            partition = self.partition_for(group_id)
             await self._logged(
-                self._log.append(self.partition_for(group_id), batch, transactional_id), group_id
+                partition, self._log.append(partition, batch, transactional_id), group_id
             )
         except Exception as exc:
             group.offsets.finish_txn_append(append, appended=False)
@@ -309,7 +355,13 @@ class GroupMetadataManager:
 
         COMMIT installs each offset unless a newer record set that partition meanwhile;
         ABORT drops them. A second call for the same marker finds nothing left to do.
+        While the partition loads the call is kept and applied once the load installs what
+        it read (the marker may lie beyond the end of that read); for a partition not
+        served here it does nothing (the next load replays the marker from the log).
         """
+        if self.partitions.loading(partition):
+            self._completed_while_loading.setdefault(partition, []).append((producer_id, commit))
+            return
         group_ids = self._txn_groups.get(producer_id)
         if not group_ids:
             return
@@ -322,8 +374,14 @@ class GroupMetadataManager:
             self._forget_producer(producer_id, group)
 
     def _forget_producer(self, producer_id: int, group: GroupMetadata) -> None:
-        """Drop the producer -> group link once nothing of that producer is pending there."""
-        if group.offsets.has_pending_txn_from(producer_id):
+        """Drop the producer -> group link once nothing of that producer is pending there.
+
+        Not for a group object that was unloaded meanwhile: the link, if any, is then a
+        reloaded group's."""
+        if (
+            group.offsets.has_pending_txn_from(producer_id)
+            or self.groups.get(group.group_id) is not group
+        ):
             return
         group_ids = self._txn_groups.get(producer_id)
         if group_ids is not None:
@@ -365,7 +423,10 @@ class GroupMetadataManager:
         Only groups that `owns` (the partitions still coordinated here)."""
         now = self._clock.now_ms()
         removed = 0
-        for group in [g for g in self.groups.values() if owns(g.group_id)]:
+        for group in list(self.groups.values()):
+            # Checked for each group in turn: a partition may be unloaded during an append.
+            if not owns(group.group_id) or not self.is_current(group):
+                continue
             tombstones: list[KeyValue] = []
             for tp in self._expired(group, now):
                 group.offsets.remove(tp)
@@ -405,6 +466,53 @@ class GroupMetadataManager:
         if group.protocol_type is None:  # commits only, no membership
             return group.offsets.expired(now, retention, lambda v: v.commit_timestamp_ms)
         return []
+
+
+class _Replay:
+    """One partition replayed: the newest record per key wins, markers settle transactions.
+
+    A transactional offset record waits under its producer id. That producer's COMMIT
+    marker installs it unless a newer record already set the key; ABORT drops it; what
+    has no marker yet stays pending, for the transaction coordinator to finish.
+    """
+
+    def __init__(self, take_seq: Callable[[int], int]) -> None:
+        self._take_seq = take_seq
+        self.groups: dict[str, GroupRecord | None] = {}
+        self.offsets: dict[OffsetKey, CommittedOffset | None] = {}
+        self.pending: dict[int, dict[OffsetKey, CommittedOffset | None]] = {}
+
+    def add(self, entry: LogEntry) -> None:
+        seq = self._take_seq(1)
+        if entry.control is not None:
+            settled = self.pending.pop(entry.producer_id, {})
+            if entry.control == ControlType.COMMIT:
+                for settled_key, committed in settled.items():
+                    current = self.offsets.get(settled_key)
+                    if committed is not None and (
+                        current is None or current.log_seq < committed.log_seq
+                    ):
+                        self.offsets[settled_key] = committed
+            return
+        try:
+            key = decode_key(entry.key) if entry.key is not None else None
+            if isinstance(key, OffsetKey):
+                value = (
+                    None
+                    if entry.value is None
+                    else CommittedOffset(decode_offset_value(entry.value), seq)
+                )
+                if entry.transactional:
+                    self.pending.setdefault(entry.producer_id, {})[key] = value
+                else:
+                    self.offsets[key] = value
+            elif isinstance(key, GroupKey):
+                self.groups[key.group] = (
+                    None if entry.value is None else decode_group_value(entry.value)
+                )
+        except KafkaError as exc:
+            # One undecodable record must not keep the partition from loading.
+            log.error("skipping an undecodable record at offset %d: %s", entry.offset, exc)
 
 
 _UNSTABLE = FetchedOffset(

@@ -35,7 +35,7 @@ class Rebalancer:
         self._manager = manager
         # Group records to write once the current request's state changes are done: an
         # emptied group is persisted without making anyone wait for it (as in Kafka).
-        self._deferred: list[tuple[str, GroupRecord]] = []
+        self._deferred: list[tuple[GroupMetadata, GroupRecord]] = []
 
     # -- heartbeats
 
@@ -111,7 +111,7 @@ class Rebalancer:
         group.join_deadline_ms = None
         group.init_next_generation(self._clock.now_ms())
         if group.is_(GroupState.EMPTY):
-            self._deferred.append((group.group_id, group.to_record({})))
+            self._deferred.append((group, group.to_record({})))
             return
         leader_view = group.current_member_metadata()
         for member in group.members.values():
@@ -211,8 +211,11 @@ class Rebalancer:
     async def flush(self) -> None:
         while self._deferred:
             pending, self._deferred = self._deferred, []
-            for group_id, record in pending:
-                await self._manager.store_group_record(group_id, record)
+            for group, record in pending:
+                # Not for a group whose partition was unloaded meanwhile: its record could
+                # land behind a reload's back (or in a partition another broker leads).
+                if self._manager.is_current(group):
+                    await self._manager.store_group_record(group.group_id, record)
 
     def close(self, group: GroupMetadata) -> None:
         """Answer every parked request of the group: this coordinator is going away."""

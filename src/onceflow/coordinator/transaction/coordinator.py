@@ -10,6 +10,18 @@ them; markers written twice are harmless.
 Zombies are fenced by epochs: a new producer with the same transactional id, or the timeout
 of a stalled transaction, bumps the epoch, and the abort markers carry the bumped epoch to
 every partition, where the older epoch is rejected from then on.
+
+Which transactional ids are coordinated here goes by `__transaction_state` partition, each
+served at its own coordinator epoch, which every marker of its transactions carries (a
+partition refuses markers of an older coordinator epoch, so a deposed coordinator cannot
+write). A single broker calls `await load()` at startup: every partition, at the epoch in
+`coordinator_epoch` (the broker's durable counter). A broker of a cluster makes the
+coordinator with `serve_all=False` (or calls `serve_loaded_only()`), calls
+`await load_partition(p, leader_epoch)` when it becomes the leader of partition p (its ids
+answer COORDINATOR_LOAD_IN_PROGRESS until the load is done, which then finishes every
+PrepareCommit and PrepareAbort it found) and `unload(p)` when it stops leading it (its ids
+are forgotten, their marker retries stop, and requests get NOT_COORDINATOR), as Kafka's
+TransactionStateManager does.
 """
 
 from __future__ import annotations
@@ -17,12 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.offsets import java_string_hash
+from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.transaction.log import (
     CorruptTxnRecord,
     decode_key,
@@ -60,7 +73,16 @@ class TxnLog(Protocol):
     """Where the coordinator persists: the partitions of `__transaction_state`."""
 
     def append(self, partition: int, batch: bytes) -> Awaitable[object]: ...
-    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]: ...
+
+    def read(
+        self, partition: int
+    ) -> (
+        Iterable[tuple[bytes | None, bytes | None]]
+        | AsyncIterable[tuple[bytes | None, bytes | None]]
+    ):
+        """Every (key, value) of the partition, oldest first; an async iterable lets a
+        load wait for the log (its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        ...
 
 
 class MarkerWriter(Protocol):
@@ -105,22 +127,33 @@ class TransactionCoordinator:
         clock: Clock,
         config: TxnCoordinatorConfig,
         coordinator_epoch: int,
+        *,
+        serve_all: bool = True,
     ) -> None:
+        """`coordinator_epoch` is the epoch of the single-broker path: `load()` serves every
+        partition at it (the attribute may be set again before `load()`). With
+        `serve_all=False` (a broker of a cluster) no id is served until `load_partition`."""
         self._log = txn_log
         self._markers = markers
         self._producer_ids = producer_ids
         self._clock = clock
         self.config = config
         self.coordinator_epoch = coordinator_epoch
+        # Only ids of served partitions are here: installed when a partition's load
+        # finishes, removed when it is unloaded.
         self.txns: dict[str, TransactionMetadata] = {}
-        self._tasks: set[asyncio.Task[object]] = set()
+        # With serve_all every partition is served from the start, at `coordinator_epoch`.
+        self._partitions = PartitionOwnership(
+            config.num_partitions, serve_all=serve_all, initially_loading=False
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
         # Transactions between PrepareCommit/Abort and Complete: done once their markers
         # and Complete record are written.
         self._ending: dict[str, asyncio.Future[None]] = {}
+        self._finishing: dict[str, asyncio.Task[None]] = {}
+        # Log appends not finished yet, per partition: a load reads only after them.
+        self._appending: dict[int, set[asyncio.Future[None]]] = {}
         self._closed = False
-        # __transaction_state partitions whose log went offline: their ids are not
-        # coordinated here (NOT_COORDINATOR) until a restart reloads them from disk.
-        self._unloaded: set[int] = set()
         self._log_failures = WriteFailureLog(log, "writes to __transaction_state")
         self._marker_failures = WriteFailureLog(log, "transaction markers")
 
@@ -128,43 +161,144 @@ class TransactionCoordinator:
         return txn_partition_for(transactional_id, self.config.num_partitions)
 
     def owns(self, transactional_id: str) -> bool:
-        """Whether this coordinator serves the id (its log partition is online)."""
-        return self.partition_for(transactional_id) not in self._unloaded
+        """Whether this coordinator serves the id: its log partition is loaded here."""
+        return self._partitions.owns(self.partition_for(transactional_id))
 
-    def unload(self, partition: int) -> None:
-        """Stop coordinating the ids of a log partition that went offline. Their state in
-        memory was all durable when it was applied, but the log may now hold more (a record
-        whose fsync failed may still be on disk): only the restart's reload knows."""
-        if partition not in self._unloaded:
-            self._unloaded.add(partition)
-            log.error(
-                "transaction coordinator: __transaction_state-%d is offline; its "
-                "transactional ids answer NOT_COORDINATOR until a restart",
-                partition,
-            )
+    def loading(self, transactional_id: str) -> bool:
+        """Whether the id's log partition is being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
+        return self._partitions.loading(self.partition_for(transactional_id))
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode:
+        """NONE when the id is served here, else COORDINATOR_LOAD_IN_PROGRESS (its partition
+        is loading) or NOT_COORDINATOR."""
+        return self._partitions.error(self.partition_for(transactional_id)) or ErrorCode.none
+
+    @property
+    def loaded_partitions(self) -> frozenset[int]:
+        """The __transaction_state partitions served here."""
+        return self._partitions.owned
+
+    @property
+    def loading_partitions(self) -> frozenset[int]:
+        return self._partitions.loading_partitions
+
+    def coordinator_epoch_for(self, partition: int) -> int | None:
+        """The coordinator epoch a served partition's markers carry; None if not served."""
+        if not self._partitions.owns(partition):
+            return None
+        epoch = self._partitions.epoch(partition)
+        return self.coordinator_epoch if epoch is None else epoch
+
+    def serve_loaded_only(self) -> None:
+        """Serve only what `load_partition` loads: leave the initial state of a coordinator
+        made with `serve_all` (every id served), for a broker that turns out to be one of
+        a cluster. Partitions loaded already stay served."""
+        self._partitions.serve_loaded_only()
+
+    def unload(self, partition: int, coordinator_epoch: int | None = None) -> None:
+        """Stop coordinating the ids of a log partition (its broker no longer leads it, or
+        its log went offline) and forget them: their marker retries stop (a write already
+        under way runs to its end), an EndTxn or other request waiting for its log append
+        answers NOT_COORDINATOR, and so do later requests; a load of it in progress stops.
+        Whoever loads the partition next finishes what was decided, from the log.
+
+        Ignored when `coordinator_epoch` is older than the newest seen for the partition.
+        """
+        if not self._partitions.drop(partition, coordinator_epoch):
+            return
+        forgotten = self._forget(partition)
+        log.info(
+            "transaction coordinator: no longer coordinating __transaction_state-%d "
+            "(%d transactional ids forgotten)",
+            partition,
+            forgotten,
+        )
+
+    def _forget(self, partition: int) -> int:
+        """Drop the partition's ids and stop finishing their transactions."""
+        gone = [t for t in self.txns if self.partition_for(t) == partition]
+        for txn_id in gone:
+            del self.txns[txn_id]
+            task = self._finishing.pop(txn_id, None)
+            if task is not None:
+                task.cancel()  # its done callback releases the requests waiting for it
+        return len(gone)
+
+    def _is_current(self, meta: TransactionMetadata) -> bool:
+        """Whether `meta` is the served state of its id: false once its partition was
+        unloaded (or loaded again) while a request or a finishing task held it."""
+        txn_id = meta.transactional_id
+        return self.txns.get(txn_id) is meta and self.owns(txn_id)
+
+    def _status(self, transactional_id: str) -> ErrorCode | None:
+        return self._partitions.error(self.partition_for(transactional_id))
 
     # ---- loading ---------------------------------------------------------------------
 
     async def load(self) -> None:
-        """Rebuild every transactional id from the log, then finish what was decided."""
+        """A single broker: serve every partition at `coordinator_epoch`, each rebuilt from
+        the log, and finish every transaction found decided (PrepareCommit/PrepareAbort)."""
         for partition in range(self.config.num_partitions):
-            for key, value in self._log.read(partition):
-                if key is None:
-                    continue
-                try:
-                    txn_id = decode_key(key)
-                    if value is None:
-                        self.txns.pop(txn_id, None)
-                    else:
-                        self.txns[txn_id] = TransactionMetadata(decode_value(txn_id, value))
-                except CorruptTxnRecord as exc:
-                    log.error("skipping a corrupt transaction-log record: %s", exc)
-        for meta in self.txns.values():
+            await self._load(partition, None, force=True)
+
+    async def load_partition(self, partition: int, coordinator_epoch: int) -> None:
+        """Start serving one log partition (its broker became the leader) at this
+        coordinator epoch (the partition's leader epoch): rebuild its ids from the log,
+        replacing anything of it still in memory, then finish every PrepareCommit and
+        PrepareAbort found, with markers carrying `coordinator_epoch`.
+
+        Its ids answer COORDINATOR_LOAD_IN_PROGRESS until the load is done. Nothing is done
+        for a partition already served or loading at this epoch, nor for an epoch older
+        than the newest seen for it (a stale call); a newer epoch starts over. The first
+        call leaves the single-broker initial state (`serve_loaded_only`). If the read
+        fails the partition is left unserved (NOT_COORDINATOR) and the error raised.
+        """
+        if self._closed:
+            return
+        self.serve_loaded_only()
+        await self._load(partition, coordinator_epoch, force=False)
+
+    async def _load(self, partition: int, epoch: int | None, *, force: bool) -> None:
+        token = self._partitions.begin(partition, epoch, force=force)
+        if token is None:
+            return
+        self._forget(partition)
+        loaded: dict[str, TransactionMetadata] = {}
+        try:
+            pending = self._appending.get(partition)
+            if pending:
+                await asyncio.wait(list(pending))
+            source = self._log.read(partition)
+            if isinstance(source, AsyncIterable):
+                async for key, value in source:
+                    _replay(loaded, key, value)
+            else:
+                for key, value in source:
+                    _replay(loaded, key, value)
+        except BaseException:
+            self._partitions.abandon(partition, token)
+            raise
+        # Served before the markers go out, so that their Complete records can be logged.
+        if not self._partitions.finish(partition, token):
+            return  # unloaded, or loaded again, meanwhile
+        self.txns.update(loaded)
+        for meta in loaded.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info(
-                    "finishing %s of %s after restart", meta.state.display, meta.transactional_id
+                    "finishing %s of %s after loading __transaction_state-%d",
+                    meta.state.display,
+                    meta.transactional_id,
+                    partition,
                 )
                 self._start_finish(meta, meta.state == TxnState.PREPARE_COMMIT)
+        if not force:
+            log.info(
+                "transaction coordinator: loaded %d transactional ids of "
+                "__transaction_state-%d at coordinator epoch %s",
+                len(loaded),
+                partition,
+                epoch,
+            )
 
     # ---- the APIs --------------------------------------------------------------------
 
@@ -179,8 +313,9 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.invalid_request)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
-        if not self.owns(transactional_id):
-            return InitResult(ErrorCode.not_coordinator)
+        status = self._status(transactional_id)
+        if status is not None:
+            return InitResult(status)
         now = self._clock.now_ms()
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -313,7 +448,17 @@ class TransactionCoordinator:
     ) -> None:
         """KIP-890 server-side defense: a transactional write is accepted only for a
         partition of that producer's ongoing transaction at that epoch. A produce that
-        arrives after its transaction ended can therefore never open a new one."""
+        arrives after its transaction ended can therefore never open a new one.
+
+        An id not served here raises NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
+        its partition loads: retriable, unlike a transaction that is not ongoing."""
+        status = self._status(transactional_id) if transactional_id else None
+        if status is not None:
+            raise KafkaError(
+                status,
+                f"transactional id {transactional_id!r} is not coordinated here "
+                f"({status.name.lower()})",
+            )
         meta = self.txns.get(transactional_id) if transactional_id else None
         if meta is None or meta.producer_id != producer_id:
             raise KafkaError(
@@ -347,7 +492,8 @@ class TransactionCoordinator:
             return
         now = self._clock.now_ms()
         for meta in list(self.txns.values()):
-            if meta.pending is not None or not self.owns(meta.transactional_id):
+            # Checked for each in turn: an unload may come while an earlier one is written.
+            if meta.pending is not None or not self._is_current(meta):
                 continue
             if meta.state == TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
                 log.info(
@@ -370,6 +516,9 @@ class TransactionCoordinator:
             meta.abandon()
             self._log_failures.failed(f"expiring {meta.transactional_id}", exc)
             return
+        if not self._is_current(meta):  # unloaded meanwhile: the next load reads the tombstone
+            meta.abandon()
+            return
         meta.complete(transit)
         self.txns.pop(meta.transactional_id, None)
         log.info("expired transactional id %s", meta.transactional_id)
@@ -381,8 +530,9 @@ class TransactionCoordinator:
     ) -> tuple[TransactionMetadata | None, ErrorCode]:
         if not transactional_id:
             return None, ErrorCode.invalid_request
-        if not self.owns(transactional_id):
-            return None, ErrorCode.not_coordinator
+        status = self._status(transactional_id)
+        if status is not None:
+            return None, status
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return None, ErrorCode.invalid_producer_id_mapping
@@ -417,35 +567,59 @@ class TransactionCoordinator:
 
     def _start_finish(self, meta: TransactionMetadata, commit: bool) -> None:
         """Registered at once (not when the task first runs), so a request that arrives
-        before the task starts still finds the transaction ending."""
+        before the task starts still finds the transaction ending.
+
+        The markers carry the coordinator epoch of the id's partition as it is now; an
+        unload (or a reload at a newer epoch) cancels the task."""
+        txn_id = meta.transactional_id
+        epoch = self.coordinator_epoch_for(self.partition_for(txn_id))
+        if epoch is None:
+            epoch = self.coordinator_epoch
         ending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ending[meta.transactional_id] = ending
+        self._ending[txn_id] = ending
+        task = asyncio.ensure_future(self._finish(meta, commit, epoch))
+        self._tasks.add(task)
+        self._finishing[txn_id] = task
 
-        async def finish() -> None:
-            try:
-                await self._finish(meta, commit)
-            finally:
-                if self._ending.get(meta.transactional_id) is ending:
-                    del self._ending[meta.transactional_id]
+        def finished(done: asyncio.Task[None]) -> None:
+            # A callback, not a finally: it also runs for a task cancelled before it started.
+            self._tasks.discard(done)
+            if self._finishing.get(txn_id) is done:
+                del self._finishing[txn_id]
+            if self._ending.get(txn_id) is ending:
+                del self._ending[txn_id]
+            if not ending.done():
                 ending.set_result(None)
+            if not done.cancelled() and done.exception() is not None:
+                log.error(
+                    "finishing the transaction of %s failed", txn_id, exc_info=done.exception()
+                )
 
-        self._spawn(finish())
+        task.add_done_callback(finished)
 
-    async def _finish(self, meta: TransactionMetadata, commit: bool) -> None:
-        """Write every marker, then log the Complete state; retry until both succeed.
+    async def _finish(self, meta: TransactionMetadata, commit: bool, epoch: int) -> None:
+        """Write every marker, then log the Complete state; retry until both succeed, or
+        until the id is no longer served here (whoever loads its partition next finishes
+        the transaction from the log).
 
-        The markers go on even if this id's log partition went offline: they release the
-        data partitions' last stable offsets, and a restart writes them again harmlessly."""
+        A marker write under way when the task is cancelled (an unload) is shielded and
+        runs to its end: the broker then has nothing half done to clean up."""
         backoff = RETRY_BACKOFF_S
-        while not self._closed:
-            try:
-                await self._markers.write_markers(
+        while not self._closed and self._is_current(meta):
+            write = asyncio.ensure_future(
+                self._markers.write_markers(
                     meta.producer_id,
                     meta.producer_epoch,
-                    self.coordinator_epoch,
+                    epoch,
                     commit,
                     frozenset(meta.partitions),
                 )
+            )
+            self._tasks.add(write)  # cancelled at close, like every task of the coordinator
+            write.add_done_callback(self._tasks.discard)
+            write.add_done_callback(_consume_result)
+            try:
+                await asyncio.shield(write)
             except Exception as exc:
                 self._marker_failures.failed(meta.transactional_id, exc)
                 await asyncio.sleep(backoff)
@@ -455,7 +629,7 @@ class TransactionCoordinator:
             break
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         backoff = RETRY_BACKOFF_S
-        while not self._closed and self.owns(meta.transactional_id):
+        while not self._closed and self._is_current(meta):
             error = await self._transition(
                 meta, target, partitions=frozenset(), update_ms=self._clock.now_ms()
             )
@@ -481,6 +655,9 @@ class TransactionCoordinator:
         transit = meta.prepare(state, **changes)
 
         async def write() -> ErrorCode:
+            if not self._is_current(meta):  # unloaded before the append could start
+                meta.abandon()
+                return ErrorCode.not_coordinator
             try:
                 await self._append(transit)
             except Exception as exc:
@@ -494,6 +671,11 @@ class TransactionCoordinator:
                 self._log_failures.failed(meta.transactional_id, exc)
                 return code
             self._log_failures.succeeded()
+            if not self._is_current(meta):
+                # Unloaded during the append (Kafka: the coordinator epoch changed): the
+                # record is in the log for the next load, the caller finds a coordinator.
+                meta.abandon()
+                return ErrorCode.not_coordinator
             meta.complete(transit)
             if then is not None:
                 then()
@@ -508,18 +690,45 @@ class TransactionCoordinator:
         key = encode_key(transit.transactional_id)
         value = None if tombstone else encode_value(transit)
         batch = build_batch([(key, value, ())], timestamp_ms=self._clock.now_ms())
-        await self._log.append(self.partition_for(transit.transactional_id), batch)
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        partition = self.partition_for(transit.transactional_id)
+        # In flight until it ends: a load of the partition reads only after it.
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        in_flight = self._appending.setdefault(partition, set())
+        in_flight.add(done)
+        try:
+            await self._log.append(partition, batch)
+        finally:
+            in_flight.discard(done)
+            if not in_flight and self._appending.get(partition) is in_flight:
+                del self._appending[partition]
+            done.set_result(None)
 
     async def close(self) -> None:
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _replay(loaded: dict[str, TransactionMetadata], key: bytes | None, value: bytes | None) -> None:
+    """Apply one record of a log partition being loaded: the newest record per id wins, a
+    tombstone (an expired id) removes it."""
+    if key is None:
+        return
+    try:
+        txn_id = decode_key(key)
+        if value is None:
+            loaded.pop(txn_id, None)
+        else:
+            loaded[txn_id] = TransactionMetadata(decode_value(txn_id, value))
+    except CorruptTxnRecord as exc:
+        log.error("skipping a corrupt transaction-log record: %s", exc)
+
+
+def _consume_result(task: asyncio.Future[None]) -> None:
+    """Retrieve a shielded marker write's outcome, which nobody may await any more."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _valid_producer_id(meta: TransactionMetadata, producer_id: int, epoch: int) -> bool:

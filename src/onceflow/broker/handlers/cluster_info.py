@@ -1,0 +1,48 @@
+"""DescribeCluster (KIP-700): the cluster id, the controller and every live broker, as an
+admin client's describe_cluster() shows them."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+
+_NO_OPERATIONS = -(2**31)
+ENDPOINT_BROKERS = 1
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    endpoint = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
+    if endpoint != ENDPOINT_BROKERS:
+        # Kafka answers UNSUPPORTED_ENDPOINT_TYPE for controller endpoints on a broker.
+        return ctx.response(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message=f"endpoint type {endpoint}: only brokers (1) are served",
+            endpoint_type=endpoint,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=_NO_OPERATIONS,
+        )
+    brokers = tuple(
+        ctx.entity("DescribeClusterBroker", broker_id=node, host=host, port=port, rack=None)
+        for node, host, port in broker.nodes()
+    )
+    return ctx.response(
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=ENDPOINT_BROKERS,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.controller_id(),
+        brokers=brokers,
+        cluster_authorized_operations=_NO_OPERATIONS,
+    )
+
+
+HANDLERS: dict[int, Handler] = {ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -1,0 +1,112 @@
+"""Transaction markers for partitions led by other brokers: Kafka's WriteTxnMarkers,
+sent by the transaction coordinator to each partition's current leader.
+
+A marker that could not be written (the leader moved, is unreachable, or could not
+replicate it) raises, and the coordinator retries the whole set: writing a marker again
+is harmless, the partition refuses one its producer has moved past. A marker the leader
+refuses for good (an older producer or coordinator epoch) is dropped, as a local one is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from onceflow.cluster.metadata import MetadataCache
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+TIMEOUT_S = 30.0
+#: Answers that mean "not written yet, try again" rather than "never needed".
+RETRIABLE = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
+
+
+class RemoteMarkers:
+    def __init__(self, local_id: int, cache: MetadataCache) -> None:
+        self.local_id = local_id
+        self.cache = cache
+        self._connections: dict[int, tuple[tuple[str, int], BrokerConnection]] = {}
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def _connection(self, broker: int) -> BrokerConnection:
+        registration = self.cache.brokers.get(broker)
+        if registration is None:
+            raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {broker} is not alive")
+        address = (registration.host, registration.port)
+        known = self._connections.get(broker)
+        if known is None or known[0] != address:
+            if known is not None:
+                known[1].close()
+            known = (
+                address,
+                BrokerConnection(address[0], address[1], f"txn-markers-{self.local_id}", TIMEOUT_S),
+            )
+            self._connections[broker] = known
+        return known[1]
+
+    async def write(
+        self,
+        leader: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        partitions: list[tuple[str, int]],
+    ) -> None:
+        module = load_payload_module(ApiKey.WRITE_TXN_MARKERS, VERSION, EntityType.request)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, index in partitions:
+            by_topic[topic].append(index)
+        marker = build(
+            module.WritableTxnMarker,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transaction_result=commit,
+            topics=tuple(
+                build(module.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
+                for t, ps in sorted(by_topic.items())
+            ),
+            coordinator_epoch=coordinator_epoch,
+        )
+        request = build(request_type(ApiKey.WRITE_TXN_MARKERS, VERSION), markers=(marker,))
+        async with self._locks[leader]:
+            try:
+                response = await self._connection(leader).request(
+                    ApiKey.WRITE_TXN_MARKERS, VERSION, request
+                )
+            except BrokerUnreachable as exc:
+                raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
+        for result in response.markers:
+            for topic in result.topics:
+                for partition in topic.partitions:
+                    error = ErrorCode(partition.error_code)
+                    if error is ErrorCode.none:
+                        continue
+                    name = f"{topic.name}-{partition.partition_index}"
+                    if error in RETRIABLE:
+                        raise KafkaError(error, f"marker for {name} not written on {leader}")
+                    log.warning("marker for %s refused by broker %d: %s", name, leader, error.name)
+
+    def close(self) -> None:
+        for _, connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

@@ -1,0 +1,165 @@
+"""The controller: one broker at a time, elected through ZooKeeper's ephemeral `/controller`.
+
+Every broker runs a Controller; only the elected one acts. It watches the same cache as
+every broker (brokers, topics, partition states) and, at each change, writes what
+`elections.py` says must change: first states of new partitions, new leaders for partitions
+whose leader died or is shutting down, dead followers out of the ISR. Every write is a
+compare-and-set fenced by the controller epoch, so a controller that was paused and lost
+its session learns it is fenced at its first write and resigns. A write that loses a
+compare-and-set is dropped: the watch that brings the newer state triggers a new pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from onceflow.clock import Clock
+from onceflow.cluster.elections import StateChange, plan_elections, plan_preferred_leaders
+from onceflow.cluster.link import ClusterLink, MetadataChange
+from onceflow.cluster.zk_store import ControllerFenced, Election, MetadataStoreError, StaleVersion
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    unclean_leader_election: bool = False
+    auto_leader_rebalance: bool = True
+    imbalance_check_interval_s: float = 300.0
+    imbalance_percent: int = 10
+
+
+class Controller:
+    def __init__(
+        self, link: ClusterLink, broker_id: int, settings: ControllerSettings, clock: Clock
+    ) -> None:
+        self.link = link
+        self.broker_id = broker_id
+        self.settings = settings
+        self.clock = clock
+        self.election: Election | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._rebalance: asyncio.Task[None] | None = None
+        link.listeners.append(self._changed)
+
+    @property
+    def active(self) -> bool:
+        return self.election is not None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        if self.settings.auto_leader_rebalance:
+            self._rebalance = asyncio.get_running_loop().create_task(self._rebalance_loop())
+        self._wake.set()
+
+    async def stop(self) -> None:
+        for task in (self._task, self._rebalance):
+            if task is not None:
+                task.cancel()
+        for task in (self._task, self._rebalance):
+            if task is not None:
+                await asyncio.gather(task, return_exceptions=True)
+
+    def _changed(self, change: MetadataChange) -> None:
+        if change.kind == "session" and self.link.session_lost and self.election is not None:
+            self._resign("its ZooKeeper session was lost")
+        self._wake.set()
+
+    def _resign(self, why: str) -> None:
+        log.warning("broker %d resigns as controller: %s", self.broker_id, why)
+        self.election = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller pass failed; retrying")
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def _pass(self) -> None:
+        cache = self.link.cache
+        if self.election is not None and cache.controller_id not in (None, self.broker_id):
+            self._resign(f"broker {cache.controller_id} is the controller now")
+        if self.election is None:
+            if cache.controller_id is not None or self.link.session_lost:
+                return
+            election = await asyncio.to_thread(
+                self.link.store.try_elect, self.broker_id, self.clock.now_ms()
+            )
+            if election is None:
+                return
+            log.info("broker %d is the controller (epoch %d)", self.broker_id, election.epoch)
+            self.election = election
+        changes = plan_elections(cache, self.election.epoch, self.settings.unclean_leader_election)
+        await self._write(changes)
+
+    async def _write(self, changes: list[StateChange]) -> None:
+        election = self.election
+        if election is None:
+            return
+        store = self.link.store
+        new: dict[str, dict[int, StateChange]] = {}
+        for change in changes:
+            if change.expected_version < 0:
+                new.setdefault(change.topic, {})[change.partition] = change
+        try:
+            for topic, created in new.items():
+                states = {p: c.state for p, c in created.items()}
+                try:
+                    await asyncio.to_thread(store.create_partition_states, topic, states, election)
+                except StaleVersion as exc:
+                    if isinstance(exc, ControllerFenced):
+                        raise
+                    log.info("controller: %s", exc)
+            for change in changes:
+                if change.expected_version < 0:
+                    continue
+                log.info(
+                    "controller: %s-%d %s: leader %d, epoch %d, ISR %s",
+                    change.topic,
+                    change.partition,
+                    change.reason,
+                    change.state.leader,
+                    change.state.leader_epoch,
+                    list(change.state.isr),
+                )
+                try:
+                    await asyncio.to_thread(
+                        store.update_partition_state,
+                        change.topic,
+                        change.partition,
+                        change.state,
+                        change.expected_version,
+                        election,
+                    )
+                except StaleVersion as exc:
+                    if isinstance(exc, ControllerFenced):
+                        raise
+                    log.info("controller: %s; the next pass sees the newer state", exc)
+        except ControllerFenced as exc:
+            self._resign(str(exc))
+        except MetadataStoreError as exc:
+            log.warning("controller: %s", exc)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.imbalance_check_interval_s)
+            if self.election is None:
+                continue
+            try:
+                await self._write(
+                    plan_preferred_leaders(
+                        self.link.cache, self.election.epoch, self.settings.imbalance_percent
+                    )
+                )
+            except Exception:
+                log.exception("preferred-leader rebalance failed")

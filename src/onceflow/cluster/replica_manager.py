@@ -1,0 +1,251 @@
+"""ReplicaManager: this broker's replicas, kept in line with the cluster's metadata.
+
+At every metadata change it walks the partitions assigned to this broker: it makes sure a
+local log exists, and makes each replica leader, follower (handing it to the fetcher of its
+leader's broker) or offline, as the partition's state in ZooKeeper says. Replicas no longer
+assigned here (a deleted topic) are stopped and their files deleted.
+
+As leader of a partition it proposes ISR changes itself, by compare-and-set on the state's
+znode version (Kafka's ZooKeeper-era leaders did): a follower that has not caught up for
+replica.lag.time.max.ms leaves, one that caught up rejoins. The change takes effect when the
+watch brings the new state back, so the ISR a leader acts on is always the one in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from onceflow.clock import Clock
+from onceflow.cluster.link import ClusterLink, MetadataChange
+from onceflow.cluster.zk_store import MetadataStoreError, StaleVersion
+from onceflow.cluster.znodes import NO_LEADER, PartitionState
+from onceflow.replication.fetcher import FetcherSettings, FollowerHost, ReplicaFetcher
+from onceflow.replication.partition import LeaderAndIsr, Partition, Role
+from onceflow.storage.log_manager import LogManager
+from onceflow.storage.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+#: Told (topic, partition, role, leader epoch) after this broker's role for a partition
+#: changed; the broker moves its coordinators with the internal topics' leadership.
+RoleListener = Callable[[str, int, Role, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationSettings:
+    lag_time_max_ms: int = 30_000
+    fetcher: FetcherSettings = field(default_factory=FetcherSettings)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        link: ClusterLink,
+        logs: LogManager,
+        host: FollowerHost,
+        settings: ReplicationSettings,
+        clock: Clock,
+        internal_topics: frozenset[str],
+        min_isr_for: Callable[[str, Mapping[str, str]], int],
+    ) -> None:
+        self.link = link
+        self.logs = logs
+        self.host = host
+        self.settings = settings
+        self.clock = clock
+        self.internal_topics = internal_topics
+        self.min_isr_for = min_isr_for
+        self.local_id = link.registration.broker_id
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.role_listeners: list[RoleListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        link.listeners.append(self._changed)
+
+    def start(self) -> None:
+        self.reconcile()
+        self._task = asyncio.get_running_loop().create_task(self._isr_loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        for partition in self.partitions.values():
+            partition.close()
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    # ---- metadata -> roles -----------------------------------------------------------
+
+    def _changed(self, change: MetadataChange) -> None:
+        if change.kind in ("topic", "partition", "brokers"):
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        cache = self.link.cache
+        assigned: set[tuple[str, int]] = set()
+        for topic, index, replicas in cache.partitions():
+            if self.local_id not in replicas:
+                continue
+            key = (topic, index)
+            assigned.add(key)
+            current = cache.states.get(key)
+            if current is None:
+                continue  # the controller has not elected a leader yet
+            partition = self.partitions.get(key)
+            if partition is None:
+                partition = self._open(topic, index)
+                if partition is None:
+                    continue
+            partition.min_insync_replicas = self.min_isr_for(topic, cache.topics[topic].configs)
+            self._apply(partition, current.state, replicas, current.version)
+        for key in [k for k in self.partitions if k not in assigned]:
+            self._remove(key)
+
+    def _open(self, topic: str, index: int) -> Partition | None:
+        meta = self.link.cache.topics[topic]
+        try:
+            plog = self.logs.host_partition(
+                topic,
+                meta.partitions,
+                index,
+                meta.configs,
+                meta.topic_id,
+                internal=topic in self.internal_topics,
+            )
+        except Exception:
+            log.exception("cannot host %s-%d", topic, index)
+            return None
+        partition = Partition(plog, self.local_id, self.clock)
+        self.partitions[(topic, index)] = partition
+        return partition
+
+    def _apply(
+        self, partition: Partition, state: PartitionState, replicas: tuple[int, ...], version: int
+    ) -> None:
+        if version < partition.state.version and partition.role is not Role.OFFLINE:
+            return  # an older read than what this replica already acts on
+        wanted = LeaderAndIsr(state.leader, state.leader_epoch, state.isr, replicas, version)
+        old_role, old_epoch = partition.role, partition.leader_epoch
+        key = partition.key
+        if partition.log.offline is not None:
+            self._unfollow(key)
+            partition.make_offline(wanted)
+        elif state.leader == self.local_id:
+            self._unfollow(key)
+            if partition.make_leader(wanted):
+                log.info(
+                    "%s-%d: leader at epoch %d, ISR %s",
+                    *key,
+                    state.leader_epoch,
+                    list(state.isr),
+                )
+        elif state.leader == NO_LEADER:
+            self._unfollow(key)
+            partition.make_offline(wanted)
+        else:
+            restart = partition.make_follower(wanted)
+            if restart:
+                self._follow(partition, state.leader)
+        if partition.role is not old_role or partition.leader_epoch != old_epoch:
+            for listener in self.role_listeners:
+                listener(key[0], key[1], partition.role, partition.leader_epoch)
+
+    def _follow(self, partition: Partition, leader: int) -> None:
+        self._unfollow(partition.key)
+        registration = self.link.cache.brokers.get(leader)
+        if registration is None:
+            return  # the leader is not registered (dead): a new state is on its way
+        fetcher = self.fetchers.get(leader)
+        address = (registration.host, registration.port)
+        if fetcher is not None and fetcher.address != address:
+            asyncio.get_running_loop().create_task(fetcher.stop())
+            fetcher = None
+        if fetcher is None:
+            fetcher = ReplicaFetcher(
+                self.local_id, leader, address, self.settings.fetcher, self.host
+            )
+            self.fetchers[leader] = fetcher
+        fetcher.follow(partition)
+
+    def _unfollow(self, key: tuple[str, int]) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.unfollow(key)
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        partition = self.partitions.pop(key)
+        self._unfollow(key)
+        partition.close()
+        log.info("%s-%d: no longer assigned here; removing its replica", *key)
+        try:
+            self.logs.drop_partition(key[0], key[1], delete=True)
+        except Exception:
+            log.exception("removing %s-%d failed", *key)
+        for listener in self.role_listeners:
+            listener(key[0], key[1], Role.OFFLINE, -1)
+
+    # ---- leaders: followers' progress and the ISR ------------------------------------
+
+    def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int) -> bool:
+        """A follower's fetch reached the leader: move the high watermark, and let a
+        follower that caught up rejoin the ISR at once."""
+        moved = partition.follower_fetched(replica, fetch_offset)
+        if replica not in partition.isr:
+            self._propose_isr(partition)
+        return moved
+
+    async def _isr_loop(self) -> None:
+        interval = max(self.settings.lag_time_max_ms / 2, 100) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for partition in list(self.partitions.values()):
+                self._propose_isr(partition)
+
+    def _propose_isr(self, partition: Partition) -> None:
+        proposal = partition.isr_proposal(self.settings.lag_time_max_ms)
+        if proposal is None:
+            return
+        partition.isr_change_pending = True
+        current = partition.state
+        state = PartitionState(
+            current.leader, current.leader_epoch, proposal, self._controller_epoch(partition)
+        )
+        task = asyncio.get_running_loop().create_task(
+            self._write_isr(partition, state, current.version)
+        )
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    def _controller_epoch(self, partition: Partition) -> int:
+        current = self.link.cache.states.get(partition.key)
+        return current.state.controller_epoch if current is not None else 0
+
+    async def _write_isr(self, partition: Partition, state: PartitionState, version: int) -> None:
+        topic, index = partition.key
+        shrink = len(state.isr) < len(partition.isr)
+        log.info(
+            "%s-%d: %s ISR from %s to %s",
+            topic,
+            index,
+            "shrinking" if shrink else "expanding",
+            list(partition.isr),
+            list(state.isr),
+        )
+        try:
+            await asyncio.to_thread(self.link.store.update_isr, topic, index, state, version)
+        except StaleVersion as exc:
+            log.info("%s-%d: ISR change lost to a newer state: %s", topic, index, exc)
+            partition.isr_change_pending = False
+        except (MetadataStoreError, Exception) as exc:  # ZooKeeper away: try again later
+            log.warning("%s-%d: cannot write the ISR change: %s", topic, index, exc)
+            partition.isr_change_pending = False
+
+    def leader_logs(self) -> list[PartitionLog]:
+        return [p.log for p in self.partitions.values() if p.role is Role.LEADER]

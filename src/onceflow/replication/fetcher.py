@@ -1,0 +1,331 @@
+"""ReplicaFetcher: a follower's copy loop, one per leader broker (Kafka's
+ReplicaFetcherThread, as an asyncio task).
+
+Each round sends one Fetch with this broker's id as replica_id for every partition it
+follows from that leader, appends what comes back with the leader's own offsets and leader
+epochs, and, in durable mode, waits for the fsync before the next round: the next fetch
+offset tells the leader what this follower holds on disk, and the leader's high watermark
+never passes what every in-sync replica has made durable.
+
+Before a partition's first fetch under a new leader epoch, the follower asks the leader
+where its own latest epoch ends (OffsetsForLeaderEpoch, KIP-101/279) and truncates anything
+beyond it, so that no replica keeps a tail the new leader does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
+from onceflow.replication.partition import Partition, Role
+from onceflow.storage.failures import LogOffline, OutOfSpace
+from onceflow.storage.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+UNDEFINED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    max_wait_ms: int = 500
+    max_bytes: int = 10 << 20
+    partition_max_bytes: int = 1 << 20
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30_000
+
+
+class FollowerHost(Protocol):
+    """What a fetcher needs from the broker that runs it."""
+
+    def appended(self, plog: PartitionLog) -> None: ...
+
+    def durable(self, plog: PartitionLog, offset: int) -> Awaitable[None]: ...
+
+
+@dataclass(slots=True)
+class _Followed:
+    partition: Partition
+    leader_epoch: int
+    truncated: bool = False  # done for this leader epoch
+    leader_hw: int = -1  # the high watermark the leader last reported
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        local_id: int,
+        leader_id: int,
+        address: tuple[str, int],
+        settings: FetcherSettings,
+        host: FollowerHost,
+    ) -> None:
+        self.local_id = local_id
+        self.leader_id = leader_id
+        self.address = address
+        self.settings = settings
+        self.host = host
+        self.partitions: dict[tuple[str, int], _Followed] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._conn = BrokerConnection(
+            address[0], address[1], f"replica-{local_id}", self._timeout_s
+        )
+
+    @property
+    def _timeout_s(self) -> float:
+        return (self.settings.socket_timeout_ms + self.settings.max_wait_ms) / 1000
+
+    # ---- membership ------------------------------------------------------------------
+
+    def follow(self, partition: Partition) -> None:
+        """Copy this partition from the leader from now on; truncate first if needed."""
+        self.partitions[partition.key] = _Followed(partition, partition.leader_epoch)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def unfollow(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._conn.close()
+
+    # ---- the loop --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                await self._truncate_new()
+                progressed = await self._fetch_round()
+            except asyncio.CancelledError:
+                raise
+            except BrokerUnreachable as exc:
+                log.info("replica fetcher for broker %d: %s", self.leader_id, exc)
+                progressed = False
+            except Exception:
+                log.exception("replica fetcher for broker %d failed a round", self.leader_id)
+                progressed = False
+            if not progressed:
+                await self._backoff()
+
+    async def _backoff(self) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.settings.backoff_ms / 1000)
+
+    def _current(self, key: tuple[str, int], followed: _Followed) -> bool:
+        """Whether this entry is still what we follow (not replaced while we waited)."""
+        return (
+            self.partitions.get(key) is followed
+            and followed.partition.role is Role.FOLLOWER
+            and followed.partition.leader_epoch == followed.leader_epoch
+        )
+
+    # ---- truncation (KIP-101, KIP-279) -----------------------------------------------
+
+    async def _truncate_new(self) -> None:
+        pending = {k: f for k, f in self.partitions.items() if not f.truncated}
+        if not pending:
+            return
+        asking: dict[tuple[str, int], tuple[_Followed, int]] = {}
+        for key, followed in pending.items():
+            plog = followed.partition.log
+            latest = plog.epochs.latest_epoch
+            if latest is None or latest < 0:
+                # No epochs on record (an empty log, or data without them): nothing of ours
+                # is known to be beyond the high watermark's agreement.
+                if plog.log_end_offset > plog.high_watermark:
+                    plog.truncate_to(plog.high_watermark)
+                followed.truncated = True
+            else:
+                asking[key] = (followed, latest)
+        if not asking:
+            return
+        module = load_payload_module(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, EntityType.request
+        )
+        topics: dict[str, list[Any]] = {}
+        for (topic, index), (followed, latest) in asking.items():
+            topics.setdefault(topic, []).append(
+                build(
+                    module.OffsetForLeaderPartition,
+                    partition=index,
+                    current_leader_epoch=followed.leader_epoch,
+                    leader_epoch=latest,
+                )
+            )
+        request = build(
+            request_type(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION),
+            replica_id=self.local_id,
+            topics=tuple(
+                build(module.OffsetForLeaderTopic, topic=t, partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
+        )
+        response = await self._conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request)
+        for topic_result in response.topics:
+            for result in topic_result.partitions:
+                key = (topic_result.topic, result.partition)
+                entry = asking.get(key)
+                if entry is None or not self._current(key, entry[0]):
+                    continue
+                followed, latest = entry
+                if result.error_code != ErrorCode.none:
+                    log.info(
+                        "%s-%d: leader %d answered OffsetsForLeaderEpoch with %s",
+                        *key,
+                        self.leader_id,
+                        ErrorCode(result.error_code).name,
+                    )
+                    continue
+                self._truncate_to_leader(
+                    followed.partition.log, latest, int(result.leader_epoch), int(result.end_offset)
+                )
+                followed.truncated = True
+
+    def _truncate_to_leader(
+        self, plog: PartitionLog, asked: int, epoch: int, end_offset: int
+    ) -> None:
+        if end_offset == UNDEFINED:
+            target = plog.high_watermark  # the leader knows none of our epochs
+        elif epoch != asked:
+            # The leader never had our latest epoch: cut at where its epoch ends, or at the
+            # end of that epoch in our own log if ours ends sooner.
+            _, our_end = plog.epochs.end_offset_for(epoch, plog.log_end_offset)
+            target = min(end_offset, our_end if our_end >= 0 else plog.log_end_offset)
+        else:
+            target = end_offset
+        if target < plog.log_end_offset:
+            log.info(
+                "%s: truncating from %d to %d, where the leader's epoch %d ends",
+                plog.name,
+                plog.log_end_offset,
+                target,
+                epoch,
+            )
+            plog.truncate_to(max(target, plog.log_start_offset))
+
+    # ---- fetching --------------------------------------------------------------------
+
+    async def _fetch_round(self) -> bool:
+        ready = {k: f for k, f in self.partitions.items() if f.truncated}
+        if not ready:
+            return False
+        module = load_payload_module(ApiKey.FETCH, FETCH_VERSION, EntityType.request)
+        topics: dict[str, list[Any]] = {}
+        for (topic, index), followed in ready.items():
+            plog = followed.partition.log
+            topics.setdefault(topic, []).append(
+                build(
+                    module.FetchPartition,
+                    partition=index,
+                    current_leader_epoch=followed.leader_epoch,
+                    fetch_offset=plog.log_end_offset,
+                    log_start_offset=plog.log_start_offset,
+                    partition_max_bytes=self.settings.partition_max_bytes,
+                )
+            )
+        request = build(
+            request_type(ApiKey.FETCH, FETCH_VERSION),
+            replica_id=self.local_id,
+            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
+            min_bytes=1,
+            max_bytes=self.settings.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                build(module.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        response = await self._conn.request(ApiKey.FETCH, FETCH_VERSION, request)
+        if response.error_code != ErrorCode.none:
+            log.info(
+                "leader %d refused a fetch: %s", self.leader_id, ErrorCode(response.error_code).name
+            )
+            return False
+        progressed = False
+        durable: list[Awaitable[None]] = []
+        for topic_result in response.responses:
+            for data in topic_result.partitions:
+                key = (topic_result.topic, data.partition_index)
+                entry = ready.get(key)
+                if entry is None or not self._current(key, entry):
+                    continue
+                wait = self._apply(entry, data)
+                if wait is not None:
+                    durable.append(wait)
+                    progressed = True
+        for wait in durable:
+            with contextlib.suppress(LogOffline):
+                await wait
+        for key, followed in ready.items():
+            if self._current(key, followed):
+                plog = followed.partition.log
+                if followed.leader_hw >= 0:
+                    plog.update_high_watermark(min(followed.leader_hw, plog.log_end_offset))
+        return progressed or bool(ready)
+
+    def _apply(self, followed: _Followed, data: Any) -> Awaitable[None] | None:
+        plog = followed.partition.log
+        error = ErrorCode(data.error_code)
+        if error is ErrorCode.offset_out_of_range:
+            if plog.log_end_offset < data.log_start_offset:
+                log.info(
+                    "%s: the leader's log starts at %d, past ours at %d: starting over there",
+                    plog.name,
+                    data.log_start_offset,
+                    plog.log_end_offset,
+                )
+                plog.truncate_fully_and_start_at(int(data.log_start_offset))
+            else:
+                followed.truncated = False  # ask the leader's epochs again
+            return None
+        if error is not ErrorCode.none:
+            if error in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower):
+                log.debug("%s: leader %d says %s", plog.name, self.leader_id, error.name)
+            else:
+                log.info("%s: leader %d answered %s", plog.name, self.leader_id, error.name)
+            return None
+        followed.leader_hw = int(data.high_watermark)
+        records = data.records
+        if not records:
+            return None
+        try:
+            result = plog.append_as_follower(records)
+        except OutOfSpace as exc:
+            log.warning("%s: cannot copy from the leader: %s", plog.name, exc)
+            return None
+        except (LogOffline, KafkaError) as exc:
+            log.warning("%s: cannot copy from the leader: %s", plog.name, exc)
+            followed.truncated = False
+            return None
+        self.host.appended(plog)
+        if plog.config.durable:
+            return self.host.durable(plog, result.last_offset)
+        return None

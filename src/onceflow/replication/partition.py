@@ -1,0 +1,220 @@
+"""Partition: one local replica of a replicated partition, leader or follower (Kafka's
+`Partition`).
+
+As leader it tracks how far each follower has copied the log (a follower's fetch offset is
+its log end, and in durable mode a follower fsyncs before it fetches again, so the offset
+is on its disk) and moves the high watermark to the lowest such offset over the ISR,
+including its own flushed offset: a record below the high watermark is on the disk of every
+in-sync replica. acks=all producers wait here until the high watermark passes their
+records. Followers that fall behind for replica.lag.time.max.ms leave the ISR; those that
+catch up rejoin it. The ISR itself is changed only through ZooKeeper (the caller writes the
+proposal and applies what the watch brings back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+
+from onceflow.clock import Clock
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.storage.partition_log import PartitionLog
+
+
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"  # no leader anywhere, or this replica is not assigned
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    version: int  # the znode version this state was read at
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    log_end_offset: int = -1  # unknown until the follower's first fetch
+    last_caught_up_ms: int = 0
+
+
+class Partition:
+    def __init__(self, log: PartitionLog, local_id: int, clock: Clock) -> None:
+        self.log = log
+        self.local_id = local_id
+        self.clock = clock
+        self.role = Role.OFFLINE
+        self.state = LeaderAndIsr(-1, -1, (), (), -1)
+        self.progress: dict[int, ReplicaProgress] = {}
+        self.isr_change_pending = False
+        self.min_insync_replicas = 1  # the topic's min.insync.replicas, set by the owner
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # Nothing is known to be replicated until the ISR says so: as leader the followers'
+        # fetches move it, as follower the leader's answers do. Starting from the log end
+        # would show consumers a tail that a new leader may truncate.
+        log.hw_follows_local = False
+        log.set_high_watermark(log.log_start_offset)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.log.topic, self.log.partition
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.state.isr
+
+    # ---- role changes ----------------------------------------------------------------
+
+    def make_leader(self, state: LeaderAndIsr) -> bool:
+        """Lead from this state on; True when this is a new leadership (a new epoch)."""
+        new_term = self.role is not Role.LEADER or state.leader_epoch != self.state.leader_epoch
+        now = self.clock.now_ms()
+        if new_term:
+            # A new epoch starts at the log end: followers truncate anything of theirs
+            # beyond it (KIP-101), and every follower gets a full lag period to catch up.
+            self.log.leader_epoch = state.leader_epoch
+            self.log.epochs.assign(state.leader_epoch, self.log.log_end_offset)
+            self.progress = {
+                r: ReplicaProgress(-1, now) for r in state.replicas if r != self.local_id
+            }
+        else:
+            for r in state.replicas:
+                if r != self.local_id:
+                    self.progress.setdefault(r, ReplicaProgress(-1, now))
+        self.role = Role.LEADER
+        self.state = state
+        self.isr_change_pending = False
+        self.maybe_advance_high_watermark()
+        self._check_waiters()
+        return new_term
+
+    def make_follower(self, state: LeaderAndIsr) -> bool:
+        """Follow state.leader; True when the fetcher must start over (new leader or epoch)."""
+        changed = (
+            self.role is not Role.FOLLOWER
+            or state.leader != self.state.leader
+            or state.leader_epoch != self.state.leader_epoch
+        )
+        self.role = Role.FOLLOWER
+        self.state = state
+        self.progress = {}
+        self.isr_change_pending = False
+        self.log.leader_epoch = state.leader_epoch
+        self._fail_waiters(ErrorCode.not_leader_or_follower)
+        return changed
+
+    def make_offline(self, state: LeaderAndIsr) -> None:
+        self.role = Role.OFFLINE
+        self.state = state
+        self.progress = {}
+        self._fail_waiters(ErrorCode.not_leader_or_follower)
+
+    # ---- the leader's view of its followers ------------------------------------------
+
+    def local_end(self) -> int:
+        """What this replica holds for sure: flushed in durable mode, else the log end."""
+        return self.log.flushed_offset if self.log.config.durable else self.log.log_end_offset
+
+    def follower_fetched(self, replica: int, fetch_offset: int) -> bool:
+        """A follower asked for fetch_offset, so it holds everything below; True when the
+        high watermark moved."""
+        progress = self.progress.get(replica)
+        if progress is None:
+            return False
+        progress.log_end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            progress.last_caught_up_ms = self.clock.now_ms()
+        return self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        if self.role is not Role.LEADER:
+            return False
+        candidate = self.local_end()
+        for replica in self.state.isr:
+            if replica == self.local_id:
+                continue
+            progress = self.progress.get(replica)
+            candidate = min(candidate, progress.log_end_offset if progress else -1)
+        if candidate <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(candidate)
+        self._check_waiters()
+        return True
+
+    def isr_proposal(self, lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR this leader should have now, or None if it is right: followers behind for
+        lag_ms leave, followers at the high watermark rejoin (Kafka's shrink and expand)."""
+        if self.role is not Role.LEADER or self.isr_change_pending:
+            return None
+        now = self.clock.now_ms()
+        hw = self.log.high_watermark
+        wanted = [self.local_id]
+        for replica in self.state.replicas:
+            if replica == self.local_id:
+                continue
+            progress = self.progress.get(replica)
+            if progress is None:
+                continue
+            if replica in self.state.isr:
+                lagging = (
+                    now - progress.last_caught_up_ms > lag_ms
+                    and progress.log_end_offset < self.log.log_end_offset
+                )
+                if not lagging:
+                    wanted.append(replica)
+            elif progress.log_end_offset >= max(hw, self.log.epochs.start_of_latest()):
+                wanted.append(replica)
+        proposal = tuple(r for r in self.state.replicas if r in wanted)
+        if set(proposal) == set(self.state.isr):
+            return None
+        return proposal
+
+    # ---- acks=all --------------------------------------------------------------------
+
+    def check_enough_replicas(self, min_isr: int) -> None:
+        if len(self.state.isr) < min_isr:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"{self.log.name} has {len(self.state.isr)} in-sync replicas, "
+                f"min.insync.replicas is {min_isr}",
+            )
+
+    def wait_replicated(self, last_offset: int) -> asyncio.Future[None]:
+        """Done once the high watermark is past last_offset; fails with Kafka's error if
+        this replica stops leading first."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.log.high_watermark > last_offset:
+            fut.set_result(None)
+        else:
+            self._waiters.append((last_offset, fut))
+        return fut
+
+    def _check_waiters(self) -> None:
+        hw = self.log.high_watermark
+        keep = []
+        for offset, fut in self._waiters:
+            if fut.done():
+                continue
+            if hw > offset:
+                fut.set_result(None)
+            else:
+                keep.append((offset, fut))
+        self._waiters = keep
+
+    def _fail_waiters(self, code: ErrorCode) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(KafkaError(code, f"{self.log.name} is no longer led here"))
+
+    def close(self) -> None:
+        self._fail_waiters(ErrorCode.not_leader_or_follower)
