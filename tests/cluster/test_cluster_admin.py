@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
@@ -165,3 +165,30 @@ def test_an_unreachable_zookeeper_is_a_one_line_error(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "cannot connect to ZooKeeper" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_create_partitions_grows_a_topic_across_the_cluster(three: Cluster) -> None:
+    admin = admin_client(three.bootstrap)
+    topic = create_topic(three.bootstrap, partitions=2, replication_factor=2)
+    admin.create_partitions([NewPartitions(topic, 5)], request_timeout=T)[topic].result(T)
+    deadline = time.monotonic() + T
+    while True:
+        parts = admin.list_topics(topic, timeout=T).topics[topic].partitions
+        if len(parts) == 5 and all(p.leader >= 0 for p in parts.values()):
+            break
+        assert time.monotonic() < deadline, parts
+        time.sleep(0.1)
+    assert all(len(p.replicas) == 2 for p in parts.values()), "the topic's factor is kept"
+    p = producer(three.bootstrap, acks="all")
+    for partition in range(5):
+        p.produce(topic, value=b"x", partition=partition)
+    assert p.flush(T) == 0
+    for bad, code in (
+        (NewPartitions(topic, 3), "INVALID_PARTITIONS"),
+        (NewPartitions(topic, 6, [[1, 9]]), "INVALID_REPLICA_ASSIGNMENT"),
+        (NewPartitions("no-such-topic", 2), "UNKNOWN_TOPIC_OR_PART"),
+    ):
+        with pytest.raises(KafkaException) as caught:
+            admin.create_partitions([bad], request_timeout=T)[bad.topic].result(T)
+        assert caught.value.args[0].name() == code, caught.value
+    assert len(admin.list_topics(topic, timeout=T).topics[topic].partitions) == 5

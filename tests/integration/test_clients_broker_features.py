@@ -261,3 +261,22 @@ def test_no_auto_create_gives_unknown_topic(broker_factory) -> None:  # type: ig
     create_topic(b.bootstrap, topic, partitions=2)
     d = produce_and_confirm(producer(b.bootstrap, acks="all"), topic, [(1, b"k", b"v", None)])
     assert not d.errors and d.ok[0][:2] == (1, 0)
+
+
+def test_create_partitions_on_a_single_broker_survives_a_restart(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    admin = admin_client(broker.bootstrap)
+    topic = create_topic(broker.bootstrap, partitions=1)
+    admin.create_partitions([NewPartitions(topic, 3)], request_timeout=T)[topic].result(T)
+    p = producer(broker.bootstrap, acks="all")
+    d = produce_and_confirm(p, topic, [(i, None, b"v%d" % i, None) for i in range(3)])
+    assert not d.errors and sorted(part for part, *_ in d.ok) == [0, 1, 2]
+    broker.restart()
+    md = admin_client(broker.bootstrap).list_topics(topic, timeout=T)
+    assert len(md.topics[topic].partitions) == 3
+    c = consumer(broker.bootstrap)
+    c.assign([TopicPartition(topic, i, 0) for i in range(3)])
+    got = consume_until(c, lambda ms: len(ms) >= 3)
+    assert sorted(m.value() for m in got) == [b"v0", b"v1", b"v2"]
+    c.close()

@@ -451,6 +451,31 @@ class Broker:
             )
         self.logs.create_topic(name, partitions if assignment is None else len(assignment), configs)
 
+    async def create_partitions(
+        self, name: str, total: int, assignments: list[list[int]] | None, validate_only: bool
+    ) -> None:
+        if name in INTERNAL_TOPICS:
+            raise KafkaError(
+                ErrorCode.invalid_request, f"the partitions of internal topic '{name}' are fixed"
+            )
+        if self.cluster is not None:
+            await self.cluster.create_partitions(name, total, assignments, validate_only)
+            return
+        count = self.topic_partition_count(name)
+        if count is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        if total <= count:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"topic '{name}' has {count} partitions; {total} would not add any",
+            )
+        if assignments is not None and any(r != [self.node_id] for r in assignments):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment, f"only broker {self.node_id} exists"
+            )
+        if not validate_only:
+            self.logs.add_partitions(name, total)
+
     async def auto_create_topic(self, name: str) -> None:
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
@@ -705,9 +730,11 @@ def _replicated(partition: Partition, last_offset: int, timeout_ms: int) -> asyn
     inner = partition.wait_replicated(last_offset)
 
     def replicated(done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            return  # timed out: the answer went already
+        exc = done.exception()  # read even when answered, so asyncio never logs it
         if answer.done():
             return
-        exc = done.exception()
         if exc is not None:
             answer.set_exception(exc)
         elif len(partition.isr) < partition.min_insync_replicas:
@@ -725,6 +752,7 @@ def _replicated(partition: Partition, last_offset: int, timeout_ms: int) -> asyn
             answer.set_exception(
                 KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
             )
+        inner.cancel()  # the partition drops cancelled waiters
 
     inner.add_done_callback(replicated)
     if timeout_ms > 0:

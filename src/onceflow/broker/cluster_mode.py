@@ -98,6 +98,7 @@ class ClusterMode:
         )
         self.internal_topics = internal_topics
         self.markers = RemoteMarkers(broker.node_id, self.link.cache)
+        self._creating: set[str] = set()  # internal topics being created
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
         if topic == "__transaction_state":
@@ -280,6 +281,53 @@ class ClusterMode:
                 return
             await asyncio.sleep(0.02)
 
+    async def create_partitions(
+        self, name: str, total: int, new: list[list[int]] | None, validate_only: bool
+    ) -> None:
+        """CreatePartitions: the new partitions' replicas (given, or round robin continuing
+        the topic's), written by compare-and-set; the controller elects their leaders."""
+        meta = self.cache.topics.get(name)
+        if meta is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        current = {p: list(r) for p, r in meta.assignment.items()}
+        if total <= len(current):
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"topic '{name}' has {len(current)} partitions; {total} would not add any",
+            )
+        factor = len(current[0])
+        if new is None:
+            added = assign_replicas(
+                total - len(current), factor, sorted(self.cache.brokers), len(current)
+            )
+        else:
+            if len(new) != total - len(current):
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"{len(new)} assignments for {total - len(current)} new partitions",
+                )
+            added = {len(current) + i: replicas for i, replicas in enumerate(new)}
+            for replicas in added.values():
+                if len(replicas) != factor or len(set(replicas)) != factor:
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"{replicas}: the topic has {factor} distinct replicas per partition",
+                    )
+                unknown = sorted(set(replicas) - set(self.cache.brokers))
+                if unknown:
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment, f"unknown brokers {unknown}"
+                    )
+        if validate_only:
+            return
+        try:
+            await asyncio.to_thread(
+                self.link.store.add_partitions, name, {**current, **added}, current
+            )
+        except MetadataStoreError as exc:
+            raise KafkaError(ErrorCode.invalid_partitions, str(exc)) from exc
+        await self.wait_for_leaders(name, total)
+
     async def delete_topic(self, name: str) -> None:
         try:
             await asyncio.to_thread(self.link.store.delete_topic, name)
@@ -297,11 +345,13 @@ class ClusterMode:
         brokers are alive (Kafka answers COORDINATOR_NOT_AVAILABLE meanwhile)."""
         if name in self.cache.topics:
             return True
-        if len(self.cache.brokers) >= replication_factor:
+        if name not in self._creating and len(self.cache.brokers) >= replication_factor:
+            self._creating.add(name)  # one attempt at a time, however many clients ask
             task = asyncio.get_running_loop().create_task(
                 self.create_topic(name, partitions, replication_factor, configs, wait=False)
             )
             task.add_done_callback(_log_creation(name))
+            task.add_done_callback(lambda _: self._creating.discard(name))
         return False
 
 
@@ -313,7 +363,7 @@ def _log_creation(name: str) -> Callable[[asyncio.Task[TopicMetadata]], None]:
         if exc is not None and not (
             isinstance(exc, KafkaError) and exc.code is ErrorCode.topic_already_exists
         ):
-            log.warning("creating %s failed: %s", name, exc)
+            log.warning("creating %s failed: %r", name, exc)
         elif exc is None:
             log.info("created internal topic %s", name)
 

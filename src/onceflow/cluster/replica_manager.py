@@ -244,7 +244,7 @@ class ReplicaManager:
             log.info("%s-%d: ISR change lost to a newer state: %s", topic, index, exc)
             partition.isr_change_pending = False
         except (MetadataStoreError, Exception) as exc:  # ZooKeeper away: try again later
-            log.warning("%s-%d: cannot write the ISR change: %s", topic, index, exc)
+            log.warning("%s-%d: cannot write the ISR change: %r", topic, index, exc)
             partition.isr_change_pending = False
 
     def leader_logs(self) -> list[PartitionLog]:

@@ -22,6 +22,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
 
 from onceflow.cluster.znodes import (
     BROKER_IDS,
@@ -89,7 +90,12 @@ class Election:
 class ZkMetadataStore:
     def __init__(self, connect: str, session_timeout_ms: int = 18_000) -> None:
         self.connect = connect
-        self._zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        # Reconnect promptly after an outage (kazoo's default backs off up to an hour, which
+        # would leave a broker unregistered long after ZooKeeper is back).
+        retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0)
+        self._zk = KazooClient(
+            hosts=connect, timeout=session_timeout_ms / 1000, connection_retry=retry
+        )
 
     def start(self, timeout_s: float = 10.0) -> None:
         try:
@@ -302,6 +308,25 @@ class ZkMetadataStore:
             raise StaleVersion(f"{topic}: a partition state exists already")
         if error is not None:
             raise MetadataStoreError(f"states of '{topic}': {error!r}")
+
+    def add_partitions(
+        self, topic: str, assignment: dict[int, list[int]], expected: dict[int, list[int]]
+    ) -> None:
+        """Grow a topic's assignment (CreatePartitions): a compare-and-set against the
+        assignment the caller read, so two concurrent requests cannot both add."""
+        try:
+            raw, stat = self._zk.get(topic_path(topic))
+        except NoNodeError as exc:
+            raise MetadataStoreError(f"no topic '{topic}'") from exc
+        topic_id, current = decode_assignment(topic, raw)
+        if current != expected:
+            raise StaleVersion(f"the partitions of '{topic}' changed meanwhile")
+        try:
+            self._zk.set(
+                topic_path(topic), encode_assignment(topic_id, assignment), version=stat.version
+            )
+        except BadVersionError as exc:
+            raise StaleVersion(f"the partitions of '{topic}' changed meanwhile") from exc
 
     def delete_topic(self, topic: str) -> None:
         """Remove the topic's znodes; every broker's watch then drops its replicas."""

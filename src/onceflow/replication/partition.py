@@ -195,6 +195,8 @@ class Partition:
         if self.log.high_watermark > last_offset:
             fut.set_result(None)
         else:
+            if len(self._waiters) > 64:  # drop those whose requests timed out
+                self._waiters = [(o, f) for o, f in self._waiters if not f.done()]
             self._waiters.append((last_offset, fut))
         return fut
 

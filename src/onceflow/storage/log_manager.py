@@ -232,6 +232,34 @@ class LogManager:
             opened.close()
         self.fs.rmtree(partition_dir(self.log_dir, name, partition))
 
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow a topic hosted whole here (a broker alone) to `total` partitions. The topics
+        file names them first; a crash before their directories exist leaves partitions
+        the next start creates empty."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        old = info.partitions
+        if total <= old:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"topic '{name}' has {old} partitions, which is not fewer than {total}",
+            )
+        info.partitions = total
+        try:
+            self._write_topics()
+            for p in range(old, total):
+                self._open(info, p, 0, clean=True)  # new and empty: nothing to recover
+            self.fs.fsync_dir(self.log_dir)
+        except OSError as exc:
+            info.partitions = old
+            for p in range(old, total):
+                opened = self.logs.pop((name, p), None)
+                if opened is not None:
+                    opened.close()
+                self.fs.rmtree(partition_dir(self.log_dir, name, p))
+            raise _metadata_failure(exc, f"add partitions to '{name}'") from exc
+
     def delete_topic(self, name: str) -> None:
         info = self.topics.pop(name, None)
         if info is None:

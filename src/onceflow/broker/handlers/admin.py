@@ -102,6 +102,34 @@ def _validate_replication(
     assign_replicas(partitions, factor, [node for node, _, _ in broker.nodes()], start=0)
 
 
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
+            seen.add(topic.name)
+            assignments = None
+            if topic.assignments is not None:
+                assignments = [[int(b) for b in a.broker_ids] for a in topic.assignments]
+            await ctx.broker.create_partitions(
+                topic.name, int(topic.count), assignments, bool(request.validate_only)
+            )
+        except KafkaError as exc:
+            error, message = exc.code, exc.message
+        results.append(
+            ctx.entity(
+                "CreatePartitionsTopicResult",
+                name=topic.name,
+                error_code=error,
+                error_message=message,
+            )
+        )
+    return ctx.response(throttle_time=datetime.timedelta(0), results=tuple(results))
+
+
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     results = []
     for name in request.topic_names:
@@ -189,5 +217,6 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
 HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
 }
