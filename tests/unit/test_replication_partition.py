@@ -1,0 +1,157 @@
+"""The leader's side of replication, without a network: the high watermark over the ISR's
+durable offsets, ISR shrink and expand proposals, acks=all waiters, and role changes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from onceflow.clock import ManualClock
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.records.batch import validate_produced_batches
+from onceflow.records.builder import build_batch
+from onceflow.replication.partition import LeaderAndIsr, Partition, Role
+from onceflow.storage.fs import SimFileSystem
+from onceflow.storage.partition_log import LogConfig, PartitionLog
+from onceflow.storage.recovery import open_partition
+
+LAG_MS = 10_000
+
+
+def make(durable: bool = True) -> tuple[Partition, ManualClock]:
+    clock = ManualClock(1_000_000)
+    plog, _ = open_partition(
+        SimFileSystem(seed=3), "/d/t-0", "t", 0, LogConfig(durable=durable), clock, 0, False
+    )
+    return Partition(plog, local_id=1, clock=clock), clock
+
+
+def append(plog: PartitionLog, n: int = 1) -> int:
+    data = build_batch([(None, b"v", ()) for _ in range(n)], timestamp_ms=1_000_000)
+    return plog.append_batches(data, validate_produced_batches(data, 1 << 20)).last_offset
+
+
+def lead(partition: Partition, isr: tuple[int, ...] = (1, 2, 3), epoch: int = 0) -> None:
+    partition.make_leader(LeaderAndIsr(1, epoch, isr, (1, 2, 3), 0))
+
+
+def test_high_watermark_is_the_lowest_durable_offset_of_the_isr() -> None:
+    partition, _ = make()
+    lead(partition)
+    plog = partition.log
+    append(plog, 5)
+    assert plog.high_watermark == 0
+    plog.flush()
+    partition.maybe_advance_high_watermark()
+    assert plog.high_watermark == 0, "the followers have nothing yet"
+    assert not partition.follower_fetched(2, 5)
+    assert partition.follower_fetched(3, 3)
+    assert plog.high_watermark == 3
+    partition.follower_fetched(3, 5)
+    assert plog.high_watermark == 5
+    append(plog, 2)
+    partition.follower_fetched(2, 7)
+    partition.follower_fetched(3, 7)
+    assert plog.high_watermark == 5, "not past the leader's own flushed offset"
+    plog.flush()
+    partition.maybe_advance_high_watermark()
+    assert plog.high_watermark == 7
+
+
+def test_a_replica_outside_the_isr_does_not_hold_the_high_watermark() -> None:
+    partition, _ = make()
+    lead(partition, isr=(1, 2))
+    append(partition.log, 4)
+    partition.log.flush()
+    partition.follower_fetched(2, 4)
+    assert partition.log.high_watermark == 4
+    partition.follower_fetched(99, 0)  # not a replica: ignored
+
+
+def test_isr_proposals_shrink_a_lagging_follower_and_expand_a_caught_up_one() -> None:
+    partition, clock = make()
+    lead(partition)
+    plog = partition.log
+    append(plog, 3)
+    plog.flush()
+    partition.follower_fetched(2, 3)
+    partition.follower_fetched(3, 3)
+    assert partition.isr_proposal(LAG_MS) is None
+    append(plog, 1)
+    clock.advance(LAG_MS + 1)
+    partition.follower_fetched(2, 4)  # caught up again; 3 stays behind
+    assert partition.isr_proposal(LAG_MS) == (1, 2)
+    partition.make_leader(LeaderAndIsr(1, 0, (1, 2), (1, 2, 3), 1))
+    plog.flush()
+    partition.maybe_advance_high_watermark()
+    assert partition.isr_proposal(LAG_MS) is None
+    partition.follower_fetched(3, 4)  # reaches the high watermark: rejoins
+    assert partition.isr_proposal(LAG_MS) == (1, 2, 3)
+    partition.isr_change_pending = True
+    assert partition.isr_proposal(LAG_MS) is None, "one change in flight at a time"
+
+
+def test_a_follower_idle_but_caught_up_stays_in_the_isr() -> None:
+    partition, clock = make()
+    lead(partition)
+    partition.follower_fetched(2, 0)
+    partition.follower_fetched(3, 0)
+    clock.advance(10 * LAG_MS)
+    assert partition.isr_proposal(LAG_MS) is None
+
+
+def test_acks_all_waiters_complete_with_the_high_watermark_or_fail_on_demotion() -> None:
+    async def scenario() -> None:
+        partition, _ = make()
+        lead(partition, isr=(1, 2))
+        last = append(partition.log, 3)
+        waiter = partition.wait_replicated(last)
+        partition.log.flush()
+        partition.maybe_advance_high_watermark()
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        partition.follower_fetched(2, last + 1)
+        assert waiter.done() and waiter.exception() is None
+        orphan = partition.wait_replicated(append(partition.log))
+        partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2, 3), 2))
+        with pytest.raises(KafkaError) as caught:
+            await orphan
+        assert caught.value.code is ErrorCode.not_leader_or_follower
+
+    asyncio.run(scenario())
+
+
+def test_min_insync_replicas_is_checked_against_the_isr() -> None:
+    partition, _ = make()
+    lead(partition, isr=(1,))
+    with pytest.raises(KafkaError) as caught:
+        partition.check_enough_replicas(2)
+    assert caught.value.code is ErrorCode.not_enough_replicas
+    partition.check_enough_replicas(1)
+
+
+def test_a_new_leadership_starts_its_epoch_at_the_log_end() -> None:
+    partition, _ = make()
+    lead(partition, epoch=0)
+    append(partition.log, 2)
+    assert partition.make_leader(LeaderAndIsr(1, 4, (1, 2, 3), (1, 2, 3), 3))
+    assert partition.log.epochs.latest_epoch == 4
+    assert partition.log.epochs.end_offset_for(0, partition.log.log_end_offset) == (0, 2)
+    assert not partition.make_leader(LeaderAndIsr(1, 4, (1, 2), (1, 2, 3), 4)), "same term"
+    assert partition.role is Role.LEADER and partition.isr == (1, 2)
+
+
+def test_a_restarted_replica_shows_nothing_until_the_isr_confirms_it() -> None:
+    clock = ManualClock(1_000_000)
+    fs = SimFileSystem(seed=4)
+    plog, _ = open_partition(fs, "/d/t-0", "t", 0, LogConfig(), clock, 0, False)
+    append(plog, 5)
+    plog.flush()
+    assert plog.high_watermark == 5  # alone, the flushed offset
+    plog.close()
+    reopened, _ = open_partition(fs, "/d/t-0", "t", 0, LogConfig(), clock, 5, True)
+    partition = Partition(reopened, 1, clock)
+    assert reopened.high_watermark == 0
+    partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2), 0))
+    assert reopened.high_watermark == 0, "a follower learns it from its leader"
