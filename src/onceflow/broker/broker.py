@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import uuid
@@ -38,6 +39,7 @@ from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
 from onceflow.storage.log_manager import LogManager
 from onceflow.storage.partition_log import FileRegion, LogConfig, PartitionLog
+from onceflow.storage.producer_state import NO_TXN
 
 if TYPE_CHECKING:
     from onceflow.broker.server import KafkaConnection
@@ -613,10 +615,10 @@ class Broker:
             written.append((plog, result.last_offset))
         if remote:
             assert self.cluster is not None
-            markers = self.cluster.markers
+            peers = self.cluster.peers
             await asyncio.gather(
                 *(
-                    markers.write(
+                    peers.write(
                         leader, producer_id, producer_epoch, coordinator_epoch, commit, targets
                     )
                     for leader, targets in remote.items()
@@ -630,8 +632,17 @@ class Broker:
                 self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
 
     def verify_transactional(
-        self, transactional_id: str | None, header: BatchHeader, topic: str, partition: int
+        self,
+        transactional_id: str | None,
+        header: BatchHeader,
+        topic: str,
+        partition: int,
+        verified: RemoteVerification | None = None,
     ) -> None:
+        """KIP-890: a transactional write is appended only to a partition of its producer's
+        ongoing transaction. Asked of the local coordinator at once; a remote one is asked
+        by the caller (RemoteVerification raised here), which then calls again with its
+        answer, `verified`."""
         if not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
         coordinator = self.txn_coordinator
@@ -640,9 +651,7 @@ class Broker:
             and transactional_id is not None
             and coordinator.coordinator_error(transactional_id) is ErrorCode.not_coordinator
         ):
-            # The coordinator is another broker. Asking it (AddPartitionsToTxn verify-only,
-            # Kafka 3.6+) is the next step of the cluster work; until then such writes are
-            # not verified.
+            self._verify_remotely(transactional_id, header, topic, partition, verified)
             return
         try:
             coordinator.verify(
@@ -654,6 +663,65 @@ class Broker:
                 # they reach it as the retriable NOT_ENOUGH_REPLICAS.
                 raise KafkaError(ErrorCode.not_enough_replicas, exc.message) from exc
             raise
+
+    def _verify_remotely(
+        self,
+        transactional_id: str,
+        header: BatchHeader,
+        topic: str,
+        partition: int,
+        verified: RemoteVerification | None,
+    ) -> None:
+        plog = self.leader_log(topic, partition)
+        entry = plog.producer_state.producers.get(header.producer_id)
+        if (
+            entry is not None
+            and entry.epoch == header.producer_epoch
+            and entry.txn_first_offset != NO_TXN
+        ):
+            return  # its transaction is open here, so still ongoing: verified before
+        if verified is None:
+            raise RemoteVerification(
+                transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                topic,
+                partition,
+                plog.markers_written,
+            )
+        if plog.markers_written != verified.markers_before:
+            # A transaction ended here while the coordinator was asked (Kafka's
+            # VerificationGuard): the answer may be stale, so the producer retries.
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"{plog.name}: a transaction ended during verification; retry",
+            )
+        if verified.error is not ErrorCode.none:
+            code = verified.error
+            if code in _COORDINATOR_MOVING or code is ErrorCode.not_leader_or_follower:
+                code = ErrorCode.not_enough_replicas
+            raise KafkaError(code, f"{plog.name}: the transaction coordinator refused the write")
+
+    async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
+        """Ask the transactional id's coordinator (another broker) whether the partition is
+        in the producer's ongoing transaction; the answer goes back to
+        verify_transactional."""
+        assert self.cluster is not None
+        cache = self.cluster.cache
+        txn_partition = self.txn_coordinator.partition_for(need.transactional_id)
+        coordinator = cache.leader_of(TXN_TOPIC, txn_partition)
+        try:
+            error = await self.cluster.peers.verify(
+                coordinator,
+                need.transactional_id,
+                need.producer_id,
+                need.producer_epoch,
+                need.topic,
+                need.partition,
+            )
+        except KafkaError as exc:
+            error = exc.code
+        return dataclasses.replace(need, error=error)
 
     async def append_internal(
         self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
@@ -670,7 +738,11 @@ class Broker:
         invariant(end == len(batch) and bool(scanned), "an internal batch is malformed")
         headers = [b.header for b in scanned]
         if headers[0].is_transactional:
-            self.verify_transactional(transactional_id, headers[0], topic, partition)
+            try:
+                self.verify_transactional(transactional_id, headers[0], topic, partition)
+            except RemoteVerification as need:
+                answer = await self.ask_coordinator(need)
+                self.verify_transactional(transactional_id, headers[0], topic, partition, answer)
         self.check_replicas(plog, -1)
         result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
@@ -689,6 +761,20 @@ class Broker:
                 yield from decode_entries(
                     segment.read_bytes(location.position, location.header.size)
                 )
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteVerification(Exception):
+    """A transactional write whose coordinator is another broker: the caller asks it
+    (`Broker.ask_coordinator`) and appends again with the answer."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topic: str
+    partition: int
+    markers_before: int
+    error: ErrorCode = ErrorCode.none
 
 
 class _OffsetsTopicLog:

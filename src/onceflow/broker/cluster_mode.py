@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from onceflow.broker.remote_markers import RemoteMarkers
+from onceflow.broker.inter_broker import InterBroker
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.cluster.controller import Controller, ControllerSettings
 from onceflow.cluster.link import ClusterLink
@@ -97,7 +97,7 @@ class ClusterMode:
             broker.clock,
         )
         self.internal_topics = internal_topics
-        self.markers = RemoteMarkers(broker.node_id, self.link.cache)
+        self.peers = InterBroker(broker.node_id, self.link.cache)
         self._creating: set[str] = set()  # internal topics being created
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
@@ -193,7 +193,7 @@ class ClusterMode:
         )
 
     async def stop(self) -> None:
-        self.markers.close()
+        self.peers.close()
         await self.controller.stop()
         await self.replicas.stop()
         await asyncio.to_thread(self.link.close)

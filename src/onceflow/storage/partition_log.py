@@ -161,6 +161,9 @@ class PartitionLog:
         self.on_offline: Callable[[PartitionLog], None] | None = None
         self.space: SpaceAccount | None = None
         self.offline: str | None = None  # why the log stopped serving, once it has
+        # Counts markers appended here: a transactional write verified by a remote
+        # coordinator is appended only if no marker came in while it waited.
+        self.markers_written = 0
         self._hw_segment = segments[-1]
         self._hw_position = segments[-1].size
         self.high_watermark = self.log_end_offset
@@ -856,7 +859,9 @@ class PartitionLog:
         aborted = []
         if completed is not None and completed.aborted:
             aborted.append(_aborted_txn(plan, completed))
-        return self._write([header], batch, plan, aborted=aborted)
+        result = self._write([header], batch, plan, aborted=aborted)
+        self.markers_written += 1
+        return result
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from onceflow.broker.broker import RemoteVerification
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
@@ -40,9 +41,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             log_start = -1
             append_time: datetime.datetime | None = None
             try:
-                plog, result = _append(
-                    broker, request.transactional_id, topic_data.name, data, acks
-                )
+                try:
+                    plog, result = _append(
+                        broker, request.transactional_id, topic_data.name, data, acks
+                    )
+                except RemoteVerification as need:  # first write of a txn, coordinator elsewhere
+                    answer = await broker.ask_coordinator(need)
+                    plog, result = _append(
+                        broker, request.transactional_id, topic_data.name, data, acks, answer
+                    )
                 base_offset, log_start = result.first_offset, result.log_start_offset
                 if result.log_append_time >= 0:
                     append_time = datetime.datetime.fromtimestamp(
@@ -103,7 +110,12 @@ def _unacknowledged(
 
 
 def _append(
-    broker: Broker, transactional_id: str | None, topic: str, data: Any, acks: int
+    broker: Broker,
+    transactional_id: str | None,
+    topic: str,
+    data: Any,
+    acks: int,
+    verified: RemoteVerification | None = None,
 ) -> tuple[PartitionLog, AppendResult]:
     if acks not in (0, 1, -1):
         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
@@ -126,7 +138,7 @@ def _append(
     if plog.config.cleanup_compact:
         require_keys(records, headers)
     if any(h.is_transactional for h in headers):
-        broker.verify_transactional(transactional_id, headers[0], topic, data.index)
+        broker.verify_transactional(transactional_id, headers[0], topic, data.index, verified)
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
     broker.disk.admit_client_write()

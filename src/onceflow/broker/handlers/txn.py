@@ -52,6 +52,8 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 4:
+        return await _add_partitions_batched(ctx, request)
     broker = ctx.broker
     wanted = [
         (topic.name, partition)
@@ -91,6 +93,54 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             ctx.entity("AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(r))
             for t, r in by_topic.items()
         ),
+    )
+
+
+async def _add_partitions_batched(ctx: RequestContext, request: Any) -> Any:
+    """v4+, sent by brokers (Kafka 3.6+): several transactions at once; with verify_only,
+    only whether each partition is in the producer's ongoing transaction (KIP-890)."""
+    broker = ctx.broker
+    results = []
+    for txn in request.transactions:
+        wanted = [(topic.name, p) for topic in txn.topics for p in topic.partitions]
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        if txn.verify_only:
+            for tp in wanted:
+                try:
+                    broker.txn_coordinator.verify(
+                        txn.transactional_id, txn.producer_id, txn.producer_epoch, tp
+                    )
+                    errors[tp] = ErrorCode.none
+                except KafkaError as exc:
+                    errors[tp] = exc.code
+        else:
+            error = await broker.txn_coordinator.add_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+            )
+            errors = dict.fromkeys(wanted, error)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(
+                ctx.entity(
+                    "AddPartitionsToTxnPartitionResult",
+                    partition_index=partition,
+                    partition_error_code=error,
+                )
+            )
+        results.append(
+            ctx.entity(
+                "AddPartitionsToTxnResult",
+                transactional_id=txn.transactional_id,
+                topic_results=tuple(
+                    ctx.entity(
+                        "AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(r)
+                    )
+                    for t, r in by_topic.items()
+                ),
+            )
+        )
+    return ctx.response(
+        throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=tuple(results)
     )
 
 

@@ -1,10 +1,13 @@
-"""Transaction markers for partitions led by other brokers: Kafka's WriteTxnMarkers,
-sent by the transaction coordinator to each partition's current leader.
+"""Requests one broker sends another, each on a connection kept per peer:
 
-A marker that could not be written (the leader moved, is unreachable, or could not
-replicate it) raises, and the coordinator retries the whole set: writing a marker again
-is harmless, the partition refuses one its producer has moved past. A marker the leader
-refuses for good (an older producer or coordinator epoch) is dropped, as a local one is.
+- WriteTxnMarkers, from a transaction coordinator to each partition's current leader. A
+  marker that could not be written (the leader moved, is unreachable, or could not
+  replicate it) raises, and the coordinator retries the whole set: writing a marker again
+  is harmless, the partition refuses one its producer has moved past. A marker the leader
+  refuses for good (an older producer or coordinator epoch) is dropped, as a local one is.
+- AddPartitionsToTxn v4 with verify_only (KIP-890, as Kafka 3.6+ brokers send it), from a
+  partition leader to the transaction coordinator of a transactional write's id: the write
+  is appended only if the partition is in that producer's ongoing transaction.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from typing import Any
 
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
@@ -24,7 +28,8 @@ from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+MARKERS_VERSION = 1
+VERIFY_VERSION = 4
 TIMEOUT_S = 30.0
 #: Answers that mean "not written yet, try again" rather than "never needed".
 RETRIABLE = frozenset(
@@ -40,7 +45,7 @@ RETRIABLE = frozenset(
 )
 
 
-class RemoteMarkers:
+class InterBroker:
     def __init__(self, local_id: int, cache: MetadataCache) -> None:
         self.local_id = local_id
         self.cache = cache
@@ -63,6 +68,50 @@ class RemoteMarkers:
             self._connections[broker] = known
         return known[1]
 
+    async def _request(self, broker: int, api_key: int, version: int, request: Any) -> Any:
+        async with self._locks[broker]:
+            try:
+                return await self._connection(broker).request(api_key, version, request)
+            except BrokerUnreachable as exc:
+                raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
+
+    async def verify(
+        self,
+        coordinator: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> ErrorCode:
+        """The coordinator's answer on whether (topic, partition) is in the producer's
+        ongoing transaction: NONE, or the error the write must be refused with."""
+        module = load_payload_module(
+            ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, EntityType.request
+        )
+        transaction = build(
+            module.AddPartitionsToTxnTransaction,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            verify_only=True,
+            topics=(build(module.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),),
+        )
+        request = build(
+            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION),
+            transactions=(transaction,),
+        )
+        response = await self._request(
+            coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request
+        )
+        if response.error_code != ErrorCode.none:
+            return ErrorCode(response.error_code)
+        for result in response.results_by_transaction:
+            for topic_result in result.topic_results:
+                for part in topic_result.results_by_partition:
+                    return ErrorCode(part.partition_error_code)
+        return ErrorCode.unknown_server_error  # an answer without our partition
+
     async def write(
         self,
         leader: int,
@@ -72,7 +121,7 @@ class RemoteMarkers:
         commit: bool,
         partitions: list[tuple[str, int]],
     ) -> None:
-        module = load_payload_module(ApiKey.WRITE_TXN_MARKERS, VERSION, EntityType.request)
+        module = load_payload_module(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, EntityType.request)
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, index in partitions:
             by_topic[topic].append(index)
@@ -87,14 +136,8 @@ class RemoteMarkers:
             ),
             coordinator_epoch=coordinator_epoch,
         )
-        request = build(request_type(ApiKey.WRITE_TXN_MARKERS, VERSION), markers=(marker,))
-        async with self._locks[leader]:
-            try:
-                response = await self._connection(leader).request(
-                    ApiKey.WRITE_TXN_MARKERS, VERSION, request
-                )
-            except BrokerUnreachable as exc:
-                raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
+        request = build(request_type(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION), markers=(marker,))
+        response = await self._request(leader, ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, request)
         for result in response.markers:
             for topic in result.topics:
                 for partition in topic.partitions:

@@ -1,0 +1,156 @@
+"""Transactions on a cluster: partitions led by different brokers than the transaction
+coordinator, so markers travel as WriteTxnMarkers and KIP-890's check of each first write
+travels as AddPartitionsToTxn verify-only. Committed transactions are read whole, aborted
+ones never, and a produce arriving after its transaction ended is refused by a partition
+leader that is not the coordinator."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from kio.schema.add_partitions_to_txn.v3.request import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+)
+from kio.schema.end_txn.v3.request import EndTxnRequest
+from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.static.primitive import i8, i16, i32, i64
+
+from onceflow.errors import ErrorCode
+from tests.cluster.test_replication import read_all
+from tests.helpers.clients import admin_client, create_topic
+from tests.helpers.cluster import Cluster, cluster_fixture
+from tests.helpers.txn import confluent_txn_producer
+from tests.helpers.wire import RawConnection, produce_request
+from tests.integration.test_txn_late_produce import txn_batch
+
+
+def end(bootstrap: str, topic: str, partition: int, committed: bool) -> int:
+    """The LSO (committed) or the high watermark of a partition."""
+    admin = admin_client(bootstrap)
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(
+        {TopicPartition(topic, partition): OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+        isolation_level=level,
+    )
+    (future,) = futures.values()
+    return int(future.result(timeout=T).offset)
+
+
+def lso(bootstrap: str, topic: str, partition: int) -> int:
+    return end(bootstrap, topic, partition, committed=True)
+
+
+def lso_high(bootstrap: str, topic: str, partition: int) -> int:
+    return end(bootstrap, topic, partition, committed=False)
+
+
+three = cluster_fixture(3, scope="module", overrides={"min.insync.replicas": "2"})
+T = 30.0
+
+
+def test_transactions_across_brokers_commit_whole_and_abort_invisibly(three: Cluster) -> None:
+    topic = create_topic(three.bootstrap, partitions=3, replication_factor=3)
+    leaders = {three.leader_of(topic, p).broker_id for p in range(3)}
+    assert len(leaders) == 3, "each partition led by another broker"
+    producer = confluent_txn_producer(three.bootstrap, "cluster-txn")
+    producer.init_transactions(T)
+    committed = []
+    for n in range(12):
+        producer.begin_transaction()
+        values = [f"{n}-{p}".encode() for p in range(3)]
+        for p, value in enumerate(values):
+            producer.produce(topic, value=value, partition=p)
+        if n % 3 == 2:
+            producer.abort_transaction(T)
+        else:
+            producer.commit_transaction(T)
+            committed += values
+    records = read_all(three.bootstrap, topic, 3, len(committed))
+    assert sorted(m.value() for m in records) == sorted(committed)
+    for p in range(3):
+        assert lso(three.bootstrap, topic, p) == lso_high(three.bootstrap, topic, p)
+
+
+def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
+    three: Cluster,
+) -> None:
+    txn_id = "late-on-a-cluster"
+    admin = admin_client(three.bootstrap)
+    with RawConnection(three.bootstrap.split(",")[0]) as conn:
+        found = conn.call(FindCoordinatorRequest(key=txn_id, key_type=i8(1)))
+    if found.error_code != ErrorCode.none:  # the first use creates __transaction_state
+        three.leader_of("__transaction_state", 0)
+        with RawConnection(three.bootstrap.split(",")[0]) as conn:
+            found = conn.call(FindCoordinatorRequest(key=txn_id, key_type=i8(1)))
+    assert found.error_code == ErrorCode.none
+    coordinator = three.broker(int(found.node_id))
+    other = next(b for b in three.brokers if b is not coordinator)
+    topic = f"late-{other.broker_id}"
+    admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=1,
+                replica_assignment=[[other.broker_id, coordinator.broker_id]],
+            )
+        ],
+        request_timeout=T,
+    )[topic].result(T)
+    assert three.leader_of(topic, 0) is other
+    with RawConnection(coordinator.bootstrap) as c, RawConnection(other.bootstrap) as leader:
+        init = c.call(
+            InitProducerIdRequest(
+                transactional_id=txn_id,
+                transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=i64(-1),
+                producer_epoch=i16(-1),
+            )
+        )
+        assert init.error_code == ErrorCode.none
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        added = c.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=i64(pid),
+                v3_and_below_producer_epoch=i16(epoch),
+                v3_and_below_topics=(AddPartitionsToTxnTopic(name=topic, partitions=(i32(0),)),),
+            )
+        )
+        assert {
+            p.partition_error_code
+            for t in added.results_by_topic_v3_and_below
+            for p in t.results_by_partition
+        } == {ErrorCode.none}
+
+        def produce(seq: int, value: bytes) -> ErrorCode:
+            request = dataclasses.replace(
+                produce_request(topic, {0: txn_batch(pid, epoch, seq, value)}),
+                transactional_id=txn_id,
+            )
+            response = leader.call(request)
+            return ErrorCode(response.responses[0].partition_responses[0].error_code)
+
+        assert produce(0, b"in-time") is ErrorCode.none  # verified by the coordinator
+        ended = c.call(
+            EndTxnRequest(
+                transactional_id=txn_id,
+                producer_id=i64(pid),
+                producer_epoch=i16(epoch),
+                committed=False,
+            )
+        )
+        assert ended.error_code == ErrorCode.none
+        # Until the abort marker lands, a late write joins the aborted transaction; after,
+        # the coordinator says it is not ongoing and the leader refuses it.
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=T)
+        while lso(three.bootstrap, topic, 0) != lso_high(three.bootstrap, topic, 0):
+            assert datetime.datetime.now() < deadline
+        assert produce(1, b"late") is ErrorCode.invalid_txn_state
+    assert lso(three.bootstrap, topic, 0) == lso_high(three.bootstrap, topic, 0)
+    records = read_all(three.bootstrap, topic, 1, 0)
+    assert [m.value() for m in records] == []
