@@ -153,6 +153,19 @@ def test_leader_killed_under_idempotent_acks_all_producer(cluster_factory) -> No
     cluster: Cluster = cluster_factory(3, overrides=RF3)
     topic = create_topic(cluster.bootstrap, partitions=1, replication_factor=3)
     work = Workload(cluster.bootstrap, topic).start()
+    # A consumer reads all along: after the leader change it validates its position with
+    # the new leader (KIP-320) and goes on, neither skipping nor re-reading.
+    live: list[Message] = []
+    stop_reading = threading.Event()
+    c = consumer(cluster.bootstrap, **{"isolation.level": "read_committed"})
+    c.assign([TopicPartition(topic, 0, 0)])
+
+    def read() -> None:
+        while not stop_reading.is_set():
+            live.extend(drain(c, 0.2))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         work.wait_acked(2000)
         victim = cluster.leader_of(topic, 0)
@@ -163,6 +176,13 @@ def test_leader_killed_under_idempotent_acks_all_producer(cluster_factory) -> No
         work.wait_acked(acked_at_kill + 2000)
     finally:
         work.stop()
+    deadline = time.monotonic() + T
+    while len(live) < len(work.acked) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop_reading.set()
+    reader.join(10)
+    c.close()
+    check_exactly_once(work, live)
     records = read_all(cluster.bootstrap, topic, 1, len(work.acked))
     check_exactly_once(work, records)
     victim.start()  # comes back, truncates what it must, catches up, rejoins the ISR

@@ -155,3 +155,30 @@ def test_a_restarted_replica_shows_nothing_until_the_isr_confirms_it() -> None:
     assert reopened.high_watermark == 0
     partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2), 0))
     assert reopened.high_watermark == 0, "a follower learns it from its leader"
+
+
+def test_acks_all_answers_not_enough_replicas_after_append_or_timed_out() -> None:
+    from onceflow.broker.broker import replication_answer
+
+    async def scenario() -> None:
+        partition, _ = make()
+        partition.min_insync_replicas = 2
+        lead(partition, isr=(1, 2))
+        last = append(partition.log, 2)
+        answer = replication_answer(partition, last, timeout_ms=0)
+        # The follower drops out before it copied the records; the leader alone is the ISR.
+        partition.make_leader(LeaderAndIsr(1, 0, (1,), (1, 2, 3), 1))
+        partition.log.flush()
+        partition.maybe_advance_high_watermark()
+        with pytest.raises(KafkaError) as caught:
+            await answer
+        assert caught.value.code is ErrorCode.not_enough_replicas_after_append
+
+        lead(partition, isr=(1, 2))
+        slow = replication_answer(partition, append(partition.log), timeout_ms=20)
+        with pytest.raises(KafkaError) as timed_out:
+            await slow
+        assert timed_out.value.code is ErrorCode.request_timed_out
+        partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2, 3), 2))  # no stray errors
+
+    asyncio.run(scenario())

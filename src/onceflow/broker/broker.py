@@ -562,7 +562,7 @@ class Broker:
         partition = self.replicated(plog)
         if partition is None:
             return self.flusher.durable(plog, last_offset) if plog.config.durable else None
-        return _replicated(partition, last_offset, timeout_ms)
+        return replication_answer(partition, last_offset, timeout_ms)
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
         return plog.last_stable_offset
@@ -807,7 +807,9 @@ class _TxnTopicLog:
                 yield entry.key, entry.value
 
 
-def _replicated(partition: Partition, last_offset: int, timeout_ms: int) -> asyncio.Future[None]:
+def replication_answer(
+    partition: Partition, last_offset: int, timeout_ms: int
+) -> asyncio.Future[None]:
     """Done when the high watermark passes last_offset with enough replicas in sync;
     NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
     REQUEST_TIMED_OUT after the request's timeout (the records may still be committed)."""
