@@ -103,6 +103,8 @@ class ClusterMode:
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
         if topic == "__transaction_state":
             return self.config.transaction_state_log_min_isr
+        if "min.insync.replicas" not in configs:
+            return self.config.min_insync_replicas
         try:
             return self.config.topic_config(configs).min_insync_replicas
         except ConfigError:

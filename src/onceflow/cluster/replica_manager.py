@@ -85,29 +85,39 @@ class ReplicaManager:
     # ---- metadata -> roles -----------------------------------------------------------
 
     def _changed(self, change: MetadataChange) -> None:
-        if change.kind in ("topic", "partition", "brokers"):
+        if change.kind == "partition":
+            self._reconcile_one(change.topic, change.partition)  # the common change
+        elif change.kind in ("topic", "brokers"):
             self.reconcile()
 
     def reconcile(self) -> None:
         cache = self.link.cache
         assigned: set[tuple[str, int]] = set()
         for topic, index, replicas in cache.partitions():
-            if self.local_id not in replicas:
-                continue
-            key = (topic, index)
-            assigned.add(key)
-            current = cache.states.get(key)
-            if current is None:
-                continue  # the controller has not elected a leader yet
-            partition = self.partitions.get(key)
-            if partition is None:
-                partition = self._open(topic, index)
-                if partition is None:
-                    continue
-            partition.min_insync_replicas = self.min_isr_for(topic, cache.topics[topic].configs)
-            self._apply(partition, current.state, replicas, current.version)
+            if self.local_id in replicas:
+                assigned.add((topic, index))
+                self._reconcile_one(topic, index)
         for key in [k for k in self.partitions if k not in assigned]:
             self._remove(key)
+
+    def _reconcile_one(self, topic: str, index: int) -> None:
+        cache = self.link.cache
+        replicas = cache.replicas_of(topic, index)
+        key = (topic, index)
+        if self.local_id not in replicas:
+            if key in self.partitions:
+                self._remove(key)
+            return
+        current = cache.states.get(key)
+        if current is None:
+            return  # the controller has not elected a leader yet
+        partition = self.partitions.get(key)
+        if partition is None:
+            partition = self._open(topic, index)
+            if partition is None:
+                return
+        partition.min_insync_replicas = self.min_isr_for(topic, cache.topics[topic].configs)
+        self._apply(partition, current.state, replicas, current.version)
 
     def _open(self, topic: str, index: int) -> Partition | None:
         meta = self.link.cache.topics[topic]
