@@ -14,13 +14,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import disk, recovery, scaling
+from benchmarks import cluster, disk, recovery, scaling
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
@@ -34,8 +35,8 @@ from onceflow.bench import (
 )
 
 RESULTS = Path(__file__).parent / "results"
-SECTIONS = ("throughput", "latency", "scaling", "recovery", "spark", "disk")
-WRITE_HEAVY = {"throughput", "scaling", "recovery"}
+SECTIONS = ("throughput", "latency", "scaling", "recovery", "cluster", "spark", "disk")
+WRITE_HEAVY = {"throughput", "scaling", "recovery", "cluster"}
 
 
 @dataclass
@@ -65,6 +66,14 @@ class Plan:
     recovery_segment_mb: int = 64
     spark_records: int = 200_000
     spark: bool = True
+    # The cluster (3 brokers of `onceflow cluster` sharing this machine's cores).
+    cluster_messages: int = 100_000  # per produce run, RF=3 and RF=1 in turn
+    cluster_produce_repeat: int = 5  # its ratio is a target, and noisy like the one above
+    cluster_kills: int = 10  # kill -9 of the leader under a producer
+    cluster_shutdowns: int = 5  # controlled shutdowns (SIGTERM) of the leader
+    cluster_session_timeout_ms: int = 6000  # zookeeper.session.timeout.ms
+    cluster_ack_rate: int = 1000  # records/s of the producer whose acks are timed
+    cluster_steady_seconds: float = 3.0  # the reference: acks with nothing happening
 
     @classmethod
     def smoke(cls) -> Plan:
@@ -85,6 +94,11 @@ class Plan:
             recovery_segment_mb=1,
             spark_records=10_000,
             spark=False,
+            cluster_messages=2_000,
+            cluster_produce_repeat=1,
+            cluster_kills=1,
+            cluster_shutdowns=1,
+            cluster_steady_seconds=0.5,
         )
 
 
@@ -203,6 +217,22 @@ def recover(plan: Plan, out: dict[str, float]) -> None:
         )
 
 
+def cluster_section(plan: Plan, out: dict[str, float]) -> None:
+    """Figure 8: a 3-broker cluster. acks=all produce on RF=3 against RF=1, interleaved;
+    failover after kill -9 of the leader and the gap in acknowledgements of a controlled
+    shutdown, both under a producer."""
+    runs = cluster.cluster_runs(
+        messages=plan.cluster_messages,
+        pairs=max(plan.repeat, plan.cluster_produce_repeat),
+        kills=plan.cluster_kills,
+        shutdowns=plan.cluster_shutdowns,
+        session_timeout_ms=plan.cluster_session_timeout_ms,
+        ack_rate=plan.cluster_ack_rate,
+        steady_seconds=plan.cluster_steady_seconds,
+    )
+    out.update(cluster.figures(runs, plan.cluster_messages, plan.cluster_session_timeout_ms))
+
+
 def disk_reference(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
     """The disk's durable write bandwidth, burst and sustained; last, as it drains the disk."""
     directory = broker.dir
@@ -250,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     spark_flag.add_argument("--no-spark", action="store_true", help="skip figure 7")
     parser.add_argument(
         "--only",
-        help="comma-separated sections to run: throughput,latency,scaling,recovery,spark,disk",
+        help="comma-separated sections to run: "
+        "throughput,latency,scaling,recovery,cluster,spark,disk",
     )
     args = parser.parse_args(argv)
     plan = Plan.smoke() if args.smoke else Plan()
@@ -271,6 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     sections = set((args.only or ",".join(SECTIONS)).split(","))
     if not plan.spark:
         sections.discard("spark")
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {SECTIONS}")
+    if "cluster" in sections and (missing := cluster.zookeeper_missing()):
+        if args.only:  # asked for by name: say why it cannot run
+            parser.error(f"the cluster section needs ZooKeeper: {missing}")
+        print(f"cluster section skipped: {missing}", file=sys.stderr)
+        sections.discard("cluster")
 
     figures: dict[str, float] = {}
     seconds: dict[str, float] = {}
@@ -281,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency": lambda: latencies(plan, broker, figures),
         "scaling": lambda: scale(plan, broker, figures),
         "recovery": lambda: recover(plan, figures),
+        "cluster": lambda: cluster_section(plan, figures),
         "spark": lambda: spark(plan, broker, figures),
         "disk": lambda: disk_reference(plan, broker, figures),
     }
