@@ -210,7 +210,11 @@ class Broker:
         self.cluster.replicas.role_listeners.append(self._role_changed)
 
     def _role_changed(self, topic: str, partition: int, role: Role, leader_epoch: int) -> None:
-        """Coordinators follow the leadership of their internal partitions."""
+        """Coordinators follow the leadership of their internal partitions. A new
+        leadership also ends the followers' fetches parked here, so that they come back at
+        once asking for the new partition too (its acks=all writes wait for them)."""
+        if role is Role.LEADER:
+            self.replica_purgatory.notify_all()
         if topic == OFFSETS_TOPIC:
             if role is Role.LEADER:
                 self._background(self.group_coordinator.load_partition(partition, leader_epoch))

@@ -30,6 +30,14 @@ class FetchPurgatory:
                 if not fut.done():
                     fut.set_result(None)
 
+    def notify_all(self) -> None:
+        """Wake every waiter (to re-evaluate what it asks for)."""
+        watchers, self._watchers = self._watchers, {}
+        for waiters in watchers.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
     def forget(self, keys: Iterable[PartitionKey], fut: asyncio.Future[None]) -> None:
         for key in keys:
             waiters = self._watchers.get(key)
