@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec  # type: ignore[attr-defined]
 from kio.schema.add_partitions_to_txn.v3.request import (
@@ -154,3 +155,78 @@ def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
     assert lso(three.bootstrap, topic, 0) == lso_high(three.bootstrap, topic, 0)
     records = read_all(three.bootstrap, topic, 1, 0)
     assert [m.value() for m in records] == []
+
+
+def test_transaction_tools_see_every_coordinator_and_leader(
+    three: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka import Producer
+
+    from onceflow.cli.kafka_wire import Cluster as Wire
+    from tests.helpers.clients import QUIET_LOGGER
+    from tests.integration.test_transactions_cli import cli, table
+
+    topic = create_topic(three.bootstrap, partitions=3, replication_factor=3)
+    # Transactional ids until their coordinators cover at least two brokers.
+    producers: dict[str, Producer] = {}
+    coordinators: set[int] = set()
+    written: set[int] = set()
+    with Wire(three.bootstrap) as wire:
+        for n in range(40):
+            txn_id = f"tools-{n}"
+            node, _ = wire.transaction_coordinator(txn_id)
+            if node in coordinators and len(producers) >= 2:
+                continue
+            coordinators.add(node)
+            p = Producer(
+                {
+                    "bootstrap.servers": three.bootstrap,
+                    "transactional.id": txn_id,
+                    "logger": QUIET_LOGGER,
+                    "log_level": 0,
+                }
+            )
+            p.init_transactions(T)
+            p.begin_transaction()
+            p.produce(topic, b"open", partition=n % 3)
+            written.add(n % 3)
+            assert p.flush(T) == 0
+            producers[txn_id] = p
+            if len(coordinators) >= 2 and len(producers) >= 3:
+                break
+    assert len(coordinators) >= 2, "the ids' coordinators are on one broker"
+
+    code, out, err = cli(capsys, "list", "--bootstrap-server", three.bootstrap)
+    assert (code, err) == (0, "")
+    listed = {r[0]: r for r in table(out)[1:]}
+    assert set(producers) <= set(listed), (sorted(producers), sorted(listed))
+    assert {listed[t][3] for t in producers} == {"Ongoing"}
+
+    for partition in sorted(written):  # each partition's leader answers for its producers
+        code, out, _ = cli(
+            capsys,
+            "describe-producers",
+            "--bootstrap-server",
+            three.bootstrap,
+            "--topic",
+            topic,
+            "--partition",
+            str(partition),
+        )
+        assert code == 0
+        assert len(table(out)) >= 2, out  # a header and the open producers' rows
+    code, out, _ = cli(
+        capsys,
+        "find-hanging",
+        "--bootstrap-server",
+        three.bootstrap,
+        "--topic",
+        topic,
+        "--max-transaction-timeout",
+        "0",
+    )
+    assert (code, out.strip()) == (0, "No hanging transactions found.")
+    for p in producers.values():
+        p.commit_transaction(T)
+    code, out, _ = cli(capsys, "list", "--bootstrap-server", three.bootstrap, "--state", "Ongoing")
+    assert not set(producers) & {r[0] for r in table(out)[1:]}
