@@ -192,3 +192,21 @@ def test_create_partitions_grows_a_topic_across_the_cluster(three: Cluster) -> N
             admin.create_partitions([bad], request_timeout=T)[bad.topic].result(T)
         assert caught.value.args[0].name() == code, caught.value
     assert len(admin.list_topics(topic, timeout=T).topics[topic].partitions) == 5
+
+
+def test_describe_configs_of_every_broker_and_of_a_topic(three: Cluster) -> None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = admin_client(three.bootstrap)
+    for broker_id in three.ids:  # each broker answers for itself
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        entries = admin.describe_configs([resource], request_timeout=T)[resource].result(T)
+        assert entries["zookeeper.connect"].value == three.overrides["zookeeper.connect"]
+        assert entries["min.insync.replicas"].value == "2", resource
+    topic = create_topic(
+        three.bootstrap, partitions=1, replication_factor=3, config={"retention.ms": "12345"}
+    )
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource], request_timeout=T)[resource].result(T)
+    assert entries["retention.ms"].value == "12345"
+    assert entries["min.insync.replicas"].value == "2"
