@@ -162,7 +162,14 @@ class ReplicaManager:
             partition.make_offline(wanted)
         else:
             restart = partition.make_follower(wanted)
-            if restart:
+            fetcher = self.fetchers.get(state.leader)
+            registration = self.link.cache.brokers.get(state.leader)
+            moved = registration is not None and (
+                fetcher is None or fetcher.address != (registration.host, registration.port)
+            )
+            if restart or moved or fetcher is None or key not in fetcher.partitions:
+                # New leader or epoch; or the leader was not registered when this replica
+                # became its follower, and is now.
                 self._follow(partition, state.leader)
         if partition.role is not old_role or partition.leader_epoch != old_epoch:
             for listener in self.role_listeners:
