@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from onceflow.cluster.zk_store import (
     ControllerFenced,
@@ -187,8 +188,16 @@ def test_a_three_node_ensemble_keeps_serving_when_one_node_dies(tmp_path: Path) 
             "t", "id", {0: [1]}, {0: PartitionState(1, 0, (1,), election.epoch)}, election
         )
         ensemble.servers[0].kill()
-        # Two of three still form a quorum: reads and compare-and-sets go on.
-        found = controller.partition_state("t", 0)
+        # Two of three still form a quorum: reads and compare-and-sets go on (once the
+        # client has moved to another server, if it was on the dead one).
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                found = controller.partition_state("t", 0)
+                break
+            except ConnectionLoss:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
         assert found is not None
         state, version = found
         bumped = PartitionState(1, state.leader_epoch + 1, (1,), election.epoch)

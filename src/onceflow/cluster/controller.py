@@ -15,6 +15,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from kazoo.exceptions import KazooException
+
 from onceflow.clock import Clock
 from onceflow.cluster.elections import StateChange, plan_elections, plan_preferred_leaders
 from onceflow.cluster.link import ClusterLink, MetadataChange
@@ -80,6 +82,11 @@ class Controller:
                 await self._pass()
             except asyncio.CancelledError:
                 raise
+            except (KazooException, MetadataStoreError) as exc:
+                # ZooKeeper away or changing servers: the next pass tries again.
+                log.warning("controller pass failed: %r; retrying", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
             except Exception:
                 log.exception("controller pass failed; retrying")
                 await asyncio.sleep(1.0)
@@ -120,18 +127,19 @@ class Controller:
                     if isinstance(exc, ControllerFenced):
                         raise
                     log.info("controller: %s", exc)
-            for change in changes:
-                if change.expected_version < 0:
-                    continue
-                log.info(
-                    "controller: %s-%d %s: leader %d, epoch %d, ISR %s",
-                    change.topic,
-                    change.partition,
-                    change.reason,
-                    change.state.leader,
-                    change.state.leader_epoch,
-                    list(change.state.isr),
-                )
+            updates = [c for c in changes if c.expected_version >= 0]
+            batch = [(c.topic, c.partition, c.state, c.expected_version) for c in updates]
+            written = bool(updates) and await asyncio.to_thread(
+                store.update_partition_states, batch, election
+            )
+            if written:
+                # All in one ZooKeeper round trip: a broker's death moves every leadership
+                # it had at once, however many partitions.
+                for change in updates:
+                    _log_change(change)
+                return
+            for change in updates:  # one lost its compare-and-set: each on its own
+                _log_change(change)
                 try:
                     await asyncio.to_thread(
                         store.update_partition_state,
@@ -163,3 +171,15 @@ class Controller:
                 )
             except Exception:
                 log.exception("preferred-leader rebalance failed")
+
+
+def _log_change(change: StateChange) -> None:
+    log.info(
+        "controller: %s-%d %s: leader %d, epoch %d, ISR %s",
+        change.topic,
+        change.partition,
+        change.reason,
+        change.state.leader,
+        change.state.leader_epoch,
+        list(change.state.isr),
+    )

@@ -377,6 +377,27 @@ class ZkMetadataStore:
             raise MetadataStoreError(f"{topic}-{partition}: {error!r}")
         return int(results[1].version)
 
+    def update_partition_states(
+        self,
+        changes: list[tuple[str, int, PartitionState, int]],
+        election: Election,
+    ) -> bool:
+        """Many compare-and-sets (topic, partition, state, expected version) in one
+        ZooKeeper transaction with the controller check: all or none. False when one of
+        them lost (the caller falls back to one at a time)."""
+        txn = self._zk.transaction()
+        txn.check(CONTROLLER_EPOCH, election.epoch_version)
+        for topic, partition, state, version in changes:
+            txn.set_data(partition_state_path(topic, partition), state.encode(), version)
+        index, error = _failure(txn.commit())
+        if index == 0:
+            raise ControllerFenced(f"controller epoch {election.epoch} is no longer current")
+        if error is None:
+            return True
+        if isinstance(error, (BadVersionError, NoNodeError)):
+            return False
+        raise MetadataStoreError(f"partition states: {error!r}")
+
     def update_isr(
         self, topic: str, partition: int, state: PartitionState, expected_version: int
     ) -> int:
