@@ -215,6 +215,11 @@ class Broker:
         once asking for the new partition too (its acks=all writes wait for them)."""
         if role is Role.LEADER:
             self.replica_purgatory.notify_all()
+        partition_state = self.cluster.replicas.get(topic, partition) if self.cluster else None
+        if partition_state is not None and partition_state.log.has_unflushed:
+            # A tail recovered after a crash is flushed before it counts (as leader) or is
+            # reported to the leader (as follower) as held.
+            self.flusher.mark(partition_state.log)
         if topic == OFFSETS_TOPIC:
             if role is Role.LEADER:
                 self._background(self.group_coordinator.load_partition(partition, leader_epoch))

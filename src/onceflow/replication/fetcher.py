@@ -234,6 +234,14 @@ class ReplicaFetcher:
         ready = {k: f for k, f in self.partitions.items() if f.truncated}
         if not ready:
             return False
+        # A fetch offset tells the leader what this replica holds on disk (durable mode):
+        # a tail not yet flushed (recovered after a crash, say) is flushed first.
+        for followed in ready.values():
+            plog = followed.partition.log
+            if plog.config.durable and plog.flushed_offset < plog.log_end_offset:
+                self.host.appended(plog)
+                with contextlib.suppress(LogOffline):
+                    await self.host.durable(plog, plog.log_end_offset - 1)
         module = load_payload_module(ApiKey.FETCH, FETCH_VERSION, EntityType.request)
         topics: dict[str, list[Any]] = {}
         for (topic, index), followed in ready.items():
