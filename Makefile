@@ -27,6 +27,7 @@ check-java:
 # A cluster's metadata lives in ZooKeeper (Debian's package): installed where we may (as
 # root, with apt-get), otherwise a clear message says what to install.
 ZOOKEEPER_JAR ?= /usr/share/java/zookeeper.jar
+ZOOKEEPER_USER = the cluster tests need
 check-zookeeper:
 	@test -f $(ZOOKEEPER_JAR) || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -35,9 +36,14 @@ check-zookeeper:
 	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper >/dev/null; }; \
 	  fi; }
 	@test -f $(ZOOKEEPER_JAR) || { \
-	  echo "error: the cluster tests need ZooKeeper ($(ZOOKEEPER_JAR)): install Debian's 'zookeeper' package (sudo apt-get install zookeeper) or set ZOOKEEPER_JAR." >&2; exit 1; }
+	  echo "error: $(ZOOKEEPER_USER) ZooKeeper ($(ZOOKEEPER_JAR)): install Debian's 'zookeeper' package (sudo apt-get install zookeeper) or set ZOOKEEPER_JAR." >&2; exit 1; }
 
-run: $(STAMP) check-java
+# `make run ARGS="--brokers N"` (N > 1) runs the demo on a cluster, which needs ZooKeeper;
+# on its one embedded broker (no --brokers, or --brokers 1) it does not.
+DEMO_BROKERS := $(patsubst --brokers=%,%,$(filter --brokers=%,$(subst --brokers ,--brokers=,$(ARGS))))
+
+run: ZOOKEEPER_USER = the demo on a cluster (--brokers $(DEMO_BROKERS)) needs
+run: $(STAMP) check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
 	$(BIN)/python -m onceflow.demo $(ARGS)
 
 serve: $(STAMP)

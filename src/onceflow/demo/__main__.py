@@ -1,11 +1,15 @@
 """`make run`: an exactly-once payments pipeline, a crash in the middle, and the proof.
 
 1. start an embedded Onceflow broker (a subprocess with a temporary data dir), unless
-   `--bootstrap-server` points at a broker of your own;
+   `--bootstrap-server` points at a broker of your own; with `--brokers N` (N >= 3), a
+   cluster instead: ZooKeeper and N brokers through `onceflow cluster`, every topic with
+   replication factor 3;
 2. generate payment events with a transactional producer, some transactions aborted;
 3. run the Spark job (onceflow.demo.job) in its own process;
 4. SIGKILL the job's driver in the middle of a micro-batch, and start it again from its
-   checkpoints while the generator keeps producing;
+   checkpoints while the generator keeps producing; on a cluster, first kill -9 the broker
+   that is the transaction coordinator of the clean payments' sink, in the middle of a
+   micro-batch, and start it again some seconds later;
 5. check with read_committed consumers that every committed payment appears exactly once,
    that no aborted payment appears anywhere, and that the balances equal the sums computed
    independently from the input.
@@ -25,10 +29,25 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onceflow.demo.checks import Report, check_pipeline
 from onceflow.demo.generator import generate
-from onceflow.demo.job import BALANCES_TOPIC, CLEAN_TOPIC, PAYMENTS_TOPIC
+from onceflow.demo.job import BALANCES_TOPIC, CLEAN_SINK_ID, CLEAN_TOPIC, PAYMENTS_TOPIC
+
+if TYPE_CHECKING:
+    from onceflow.demo.cluster import BrokerKill, DemoCluster
+
+PARTITIONS = {PAYMENTS_TOPIC: 3, CLEAN_TOPIC: 3, BALANCES_TOPIC: 2}
+CLUSTER_REPLICATION_FACTOR = 3
+
+# Every broker the demo starts, the embedded one or a cluster's, gets these overrides.
+BROKER_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    # The demo writes a few MB: it should run on a laptop with less than the default
+    # 1 GiB free, where produce would otherwise be refused.
+    "onceflow.log.dir.min.free.bytes": str(64 << 20),
+}
 
 
 def say(message: str) -> None:
@@ -57,23 +76,12 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60)
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     log = (workdir / "broker.log").open("wb")
+    command = [sys.executable, "-m", "onceflow", "serve"]
+    command += ["--data-dir", str(workdir / "broker-data"), "--listener", f"127.0.0.1:{port}"]
+    for key, value in BROKER_OVERRIDES.items():
+        command += ["--override", f"{key}={value}"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "onceflow",
-            "serve",
-            "--data-dir",
-            str(workdir / "broker-data"),
-            "--listener",
-            f"127.0.0.1:{port}",
-            "--override",
-            "group.initial.rebalance.delay.ms=0",
-            # The demo writes a few MB: it should run on a laptop with less than the default
-            # 1 GiB free, where produce would otherwise be refused.
-            "--override",
-            f"onceflow.log.dir.min.free.bytes={64 << 20}",
-        ],
+        command,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -81,7 +89,8 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"127.0.0.1:{port}"
 
 
-def create_topics(bootstrap: str) -> None:
+def create_topics(bootstrap: str, replication_factor: int = -1) -> None:
+    """The demo's topics; replication factor -1 is the broker's default."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # no __all__
         AdminClient,
         NewTopic,
@@ -89,9 +98,8 @@ def create_topics(bootstrap: str) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     wanted = [
-        NewTopic(PAYMENTS_TOPIC, num_partitions=3),
-        NewTopic(CLEAN_TOPIC, num_partitions=3),
-        NewTopic(BALANCES_TOPIC, num_partitions=2),
+        NewTopic(topic, num_partitions=n, replication_factor=replication_factor)
+        for topic, n in PARTITIONS.items()
     ]
     for topic, future in admin.create_topics(wanted).items():
         try:
@@ -125,8 +133,9 @@ def batches(checkpoint: Path, kind: str) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
 
 
-def kill_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, after: int) -> int:
-    """SIGKILL the driver while a micro-batch is planned but not yet committed."""
+def wait_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, after: int) -> int:
+    """Until the clean query has committed `after` micro-batches and runs another one,
+    planned but not yet committed; return that batch's id."""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         if job.poll() is not None:
@@ -134,16 +143,96 @@ def kill_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, after: int) -
         planned, committed = batches(checkpoint, "offsets"), batches(checkpoint, "commits")
         running = planned - committed
         if len(committed) >= after and running:
-            job.send_signal(signal.SIGKILL)
-            job.wait()
             return max(running)
         time.sleep(0.01)
     raise SystemExit("the Spark job made no progress; see job.log")
 
 
+def kill_mid_batch(job: subprocess.Popen[bytes], checkpoint: Path, after: int) -> int:
+    """SIGKILL the driver while a micro-batch is planned but not yet committed."""
+    batch = wait_mid_batch(job, checkpoint, after)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    return batch
+
+
+def start_cluster(workdir: Path, brokers: int) -> DemoCluster:
+    from onceflow.demo.cluster import DemoCluster, require_cluster_tools
+
+    require_cluster_tools(brokers)
+    root = workdir / "cluster"
+    say(f"starting ZooKeeper and {brokers} brokers (onceflow cluster, data in {root})")
+    cluster = DemoCluster.start(root, brokers, BROKER_OVERRIDES)
+    say(f"cluster of {brokers} brokers on {cluster.bootstrap}")
+    return cluster
+
+
+def crash_coordinator(
+    cluster: DemoCluster,
+    job: subprocess.Popen[bytes],
+    checkpoint: Path,
+    after: int,
+    down_s: float,
+) -> BrokerKill:
+    """kill -9 the broker that coordinates the transactions of the clean payments' sink
+    while a micro-batch is running, leave it down `down_s` seconds (at least until the
+    others dropped it), then start it again with the same command."""
+    from onceflow.demo.cluster import SESSION_TIMEOUT_MS, BrokerKill
+
+    txn_ids = [f"{CLEAN_SINK_ID}-{p}" for p in range(PARTITIONS[PAYMENTS_TOPIC])]
+    coordinators = {txn_id: cluster.coordinator(txn_id) for txn_id in txn_ids}
+    victim = coordinators[txn_ids[0]]
+    batch = wait_mid_batch(job, checkpoint, after)
+    cluster.kill(victim)
+    kill = BrokerKill(
+        victim, [t for t, b in coordinators.items() if b == victim], batch, time.time()
+    )
+    say(
+        f"kill -9 of broker {victim}, transaction coordinator of {', '.join(kill.coordinates)}, "
+        f"in the middle of micro-batch {batch}"
+    )
+    kill.gone_at = cluster.wait_dropped(victim, SESSION_TIMEOUT_MS / 1000 + 30)
+    if kill.gone_at is not None:
+        say(f"the cluster dropped broker {victim} {kill.gone_at - kill.killed_at:.1f} s later")
+    while time.time() < kill.killed_at + down_s:
+        if job.poll() is not None:
+            raise SystemExit("the Spark job exited on its own; see job.log")
+        time.sleep(0.2)
+    kill.restarted_at = time.time()
+    cluster.restart(victim)
+    kill.serving_at = time.time()
+    say(f"restarted broker {victim} with its command from cluster.json; it is serving again")
+    return kill
+
+
+def wait_in_sync(cluster: DemoCluster, timeout: float) -> list[str]:
+    """Until every partition's ISR holds all its replicas (the restarted broker caught up);
+    the partitions still short of one after the timeout."""
+    deadline = time.monotonic() + timeout
+    lagging = cluster.under_replicated()
+    while lagging and time.monotonic() < deadline:
+        time.sleep(1)
+        lagging = cluster.under_replicated()
+    return lagging
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n")[0])
     parser.add_argument("--bootstrap-server", help="use this broker instead of an embedded one")
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run on a cluster of N >= 3 brokers (needs ZooKeeper) and kill -9 one of them "
+        "mid-batch; 1 (the default) is one embedded broker",
+    )
+    parser.add_argument(
+        "--broker-down-seconds",
+        type=float,
+        default=15,
+        help="with --brokers: how long the killed broker stays down",
+    )
     parser.add_argument("--payments", type=int, default=3000)
     parser.add_argument("--kills", type=int, default=1, help="driver SIGKILLs during the run")
     parser.add_argument(
@@ -155,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="keep broker data, checkpoints and logs here")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for the whole run")
     args = parser.parse_args(argv)
+    if args.brokers != 1 and args.brokers < CLUSTER_REPLICATION_FACTOR:
+        parser.error(
+            f"--brokers {args.brokers}: use 1 (one broker) or at least "
+            f"{CLUSTER_REPLICATION_FACTOR}, so that the replicas survive one broker's death"
+        )
+    if args.brokers > 1 and args.bootstrap_server:
+        parser.error("--brokers and --bootstrap-server exclude each other")
     if shutil.which("java") is None:
         print("error: the Spark job needs Java 17 ('java' is not on PATH)", file=sys.stderr)
         return 1
@@ -162,16 +258,22 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     checkpoint = workdir / "checkpoints"
     broker = None
+    cluster: DemoCluster | None = None
+    broker_kill: BrokerKill | None = None
     job: subprocess.Popen[bytes] | None = None
     started = time.monotonic()
+    started_at = time.time()
     try:
         if args.bootstrap_server:
             bootstrap = args.bootstrap_server
             say(f"using your broker at {bootstrap}")
+        elif args.brokers > 1:
+            cluster = start_cluster(workdir, args.brokers)
+            bootstrap = cluster.bootstrap
         else:
             broker, bootstrap = start_broker(workdir)
             say(f"embedded broker on {bootstrap} (data in {workdir / 'broker-data'})")
-        create_topics(bootstrap)
+        create_topics(bootstrap, CLUSTER_REPLICATION_FACTOR if cluster is not None else -1)
         ledger = workdir / "generated.jsonl"
         ledger.unlink(missing_ok=True)
         outcome: dict[str, tuple[int, int]] = {}
@@ -188,8 +290,14 @@ def main(argv: list[str] | None = None) -> int:
         say(f"generating {args.payments} payments in transactions, some aborted on purpose")
         job = start_job(bootstrap, checkpoint, workdir / "job.log")
         say("Spark job started (local[2]); waiting for its first micro-batches")
+        first_kill_after = 2
+        if cluster is not None:
+            broker_kill = crash_coordinator(
+                cluster, job, checkpoint, after=2, down_s=args.broker_down_seconds
+            )
+            first_kill_after = len(batches(checkpoint, "commits")) + 1
         for kill in range(args.kills):
-            batch = kill_mid_batch(job, checkpoint, after=2 + 2 * kill)
+            batch = kill_mid_batch(job, checkpoint, after=first_kill_after + 2 * kill)
             say(f"SIGKILLed the driver in the middle of micro-batch {batch}")
             job = start_job(bootstrap, checkpoint, workdir / "job.log")
             say("restarted the job from its checkpoints")
@@ -199,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         committed, aborted = outcome["counts"]
         say(f"generator done: {committed} payments committed, {aborted} aborted")
         report = wait_and_check(bootstrap, ledger, job, started + args.timeout)
+        if cluster is not None and broker_kill is not None:
+            report.events.append(broker_kill.describe(started_at))
+            lagging = wait_in_sync(cluster, 60)
+            report.add("partitions with a replica out of sync", 0, len(lagging))
+            if lagging:
+                say(f"replicas out of sync at the end: {', '.join(lagging[:10])}")
     finally:
         if job is not None and job.poll() is None:
             job.send_signal(signal.SIGTERM)
@@ -209,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         if broker is not None:
             broker.send_signal(signal.SIGTERM)
             broker.wait(60)
+        if cluster is not None:
+            cluster.stop()
     print(report.table())
     say(f"finished in {time.monotonic() - started:.0f} s; files in {workdir}")
     return 0 if report.passed else 1

@@ -69,6 +69,8 @@ class Report:
     rows: list[tuple[str, str, str, bool]] = field(default_factory=list)
     caught_up: bool = False
     progress: str = ""
+    # What was done to the pipeline during the run (a broker's kill), printed above the checks.
+    events: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -81,7 +83,8 @@ class Report:
 
     def table(self) -> str:
         width = max(len(r[0]) for r in self.rows) if self.rows else 10
-        lines = [f"{'check':<{width}}  {'expected':>12}  {'actual':>12}  result"]
+        lines = [f"event: {event}" for event in self.events]
+        lines += [f"{'check':<{width}}  {'expected':>12}  {'actual':>12}  result"]
         for name, expected, actual, ok in self.rows:
             lines.append(f"{name:<{width}}  {expected:>12}  {actual:>12}  {'ok' if ok else 'FAIL'}")
         lines.append(

@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 CURRENCIES = {"EUR": 100, "USD": 92, "GBP": 117}  # cents of EUR per 100 units
 ACCOUNTS = 40
+FINISH_ATTEMPTS = 5  # of a commit or abort that fails with a retriable error
 
 
 @dataclass
@@ -91,10 +92,10 @@ def generate(
             abort = txn % abort_every == 0
             if abort:
                 producer.flush(30)  # the aborted records really reach the log first
-                producer.abort_transaction(30)
+            abort = not finish_transaction(producer, commit=not abort)
+            if abort:
                 aborted += len(batch)
             else:
-                producer.commit_transaction(30)
                 committed += len(batch)
             outcome = "aborted" if abort else "committed"
             for p in batch:
@@ -102,3 +103,27 @@ def generate(
             out.flush()
             time.sleep(pause_s)
     return committed, aborted
+
+
+def finish_transaction(producer: Producer, commit: bool) -> bool:
+    """Commit or abort the open transaction; True if it committed.
+
+    On a cluster the transaction coordinator may die meanwhile: librdkafka finds the new
+    one, and a retriable error means calling again; a commit that can no longer succeed
+    (the error requires an abort) is aborted, and counted so in the ledger."""
+    for attempt in range(FINISH_ATTEMPTS):
+        try:
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+            return commit
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not isinstance(err, KafkaError) or attempt == FINISH_ATTEMPTS - 1:
+                raise
+            if commit and err.txn_requires_abort():
+                commit = False
+            elif not err.retriable():
+                raise
+    raise AssertionError("unreachable")

@@ -25,6 +25,9 @@ from typing import Any
 CLEAN_TOPIC = "payments-clean"
 BALANCES_TOPIC = "balances"
 PAYMENTS_TOPIC = "payments"
+# The sinks' ids: their write tasks' transactional ids are `<sink id>-<task partition>`.
+CLEAN_SINK_ID = "payments-clean"
+BALANCES_SINK_ID = "balances"
 
 
 def build_spark(app: str = "onceflow-payments") -> Any:
@@ -90,7 +93,7 @@ def start_queries(spark: Any, bootstrap: str, checkpoint: str, max_per_trigger: 
         .writeStream.format("onceflow")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", CLEAN_TOPIC)
-        .option("sinkId", "payments-clean")
+        .option("sinkId", CLEAN_SINK_ID)
         .option("checkpointLocation", os.path.join(checkpoint, "clean"))
         .trigger(processingTime="1 second")
         .queryName("clean")
@@ -105,7 +108,7 @@ def start_queries(spark: Any, bootstrap: str, checkpoint: str, max_per_trigger: 
             .mode("append")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", BALANCES_TOPIC)
-            .option("sinkId", "balances")
+            .option("sinkId", BALANCES_SINK_ID)
             .save()
         )
 

@@ -124,6 +124,19 @@ ADMIN_TIMEOUT_S = 60.0
 # ListOffsets is retried this often on retriable errors (as Spark's fetchOffset.numRetries).
 LIST_OFFSETS_ATTEMPTS = 3
 LIST_OFFSETS_BACKOFF_S = 1.0
+# Answers meaning the partition's leader is moving: retried until ADMIN_TIMEOUT_S.
+LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
 # Most messages turned into one Arrow batch (Spark's default arrow.maxRecordsPerBatch).
 MAX_BATCH_ROWS = 10_000
 # How long one consume() call waits for a full batch. Near the end of a range fewer
@@ -266,7 +279,10 @@ class KafkaMetadata:
         keys = sorted(set(tps))
         if not keys:
             return {}
-        for attempt in range(LIST_OFFSETS_ATTEMPTS):
+        attempt = 0
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while True:
+            attempt += 1
             futures = self.admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in keys},
                 isolation_level=IsolationLevel.READ_COMMITTED,
@@ -279,11 +295,15 @@ class KafkaMetadata:
                 return out
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
+                code = err.code() if isinstance(err, KafkaError) else None
+                # A leader moving (a broker died or shut down, on a cluster) is waited out
+                # until the deadline; librdkafka's admin client does not call it retriable.
+                moving = code in LEADER_MOVING and time.monotonic() < deadline
                 retriable = isinstance(err, KafkaError) and err.retriable()
-                if not retriable or attempt == LIST_OFFSETS_ATTEMPTS - 1:
+                if not moving and (not retriable or attempt >= LIST_OFFSETS_ATTEMPTS):
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
-                time.sleep(LIST_OFFSETS_BACKOFF_S)  # e.g. a leader moving or starting
-        raise AssertionError("unreachable")
+                self.close()  # a new client asks the cluster afresh who leads
+                time.sleep(LIST_OFFSETS_BACKOFF_S)
 
 
 def resolve_offsets(
