@@ -11,7 +11,10 @@ transaction the coordinator aborts.
 
 Output on stdout, one flushed line each: `START <offset>`, `COMMITTED <next offset>`,
 `ABORTED <next offset>`, `RECOVERED <reason>` (an abortable error), `FATAL <error>`, `DONE`.
-It exits 0 once its committed position reaches `--input-end`, 3 on a fatal error.
+It exits 0 once its committed position reaches `--input-end`, 3 on a fatal error, 5 on a
+client call hung past its timeout (see HungCallWatchdog; only with `--hung-call-grace`), 6 on
+records that would not settle before an abort (see settle_before_abort; only with
+`--flush-before-abort`).
 
 Run: python -m tests.chaos.copier --bootstrap HOST:PORT --input-topic T --input-partition P
        --input-end N --output-topic O --output-partitions K --txn-id ID --group G
@@ -20,13 +23,16 @@ Run: python -m tests.chaos.copier --bootstrap HOST:PORT --input-topic T --input-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import logging
 import os
 import random
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -59,9 +65,48 @@ def retrying(what: str, call: Any, deadline_s: float = 120.0) -> Any:
             time.sleep(0.1)
 
 
+class HungCallWatchdog:
+    """librdkafka (up to 2.16 at least) can block in send_offsets_to_transaction() for ever,
+    past its timeout, when the group coordinator it cached is a broker it decommissioned
+    because the broker left the cluster's metadata (killed, or paused until its ZooKeeper
+    session expired): nothing wakes the request up again (librdkafka issues #5511, fix
+    pending in #5512, and #5456). With `--hung-call-grace G`, a call still blocked G seconds
+    after its own timeout ends the process (`FATAL ... hung`, exit 5): the test starts a new
+    copier, which fences this one's open transaction. Off (None) by default."""
+
+    def __init__(self, grace_s: float | None) -> None:
+        self.grace_s = grace_s
+        self._call: tuple[str, float, float] | None = None  # (what, started, timeout)
+        if grace_s is not None:
+            threading.Thread(target=self._run, name="hung-call-watchdog", daemon=True).start()
+
+    @contextlib.contextmanager
+    def watch(self, what: str, timeout_s: float) -> Iterator[None]:
+        self._call = (what, time.monotonic(), timeout_s)
+        try:
+            yield
+        finally:
+            self._call = None
+
+    def _run(self) -> None:
+        assert self.grace_s is not None
+        while True:
+            time.sleep(0.2)
+            call = self._call
+            if call is None:
+                continue
+            what, started, timeout_s = call
+            blocked = time.monotonic() - started
+            if blocked > timeout_s + self.grace_s:
+                say(f"FATAL {what} hung: blocked {blocked:.0f} s, its timeout is {timeout_s:.0f} s")
+                os._exit(5)
+
+
 class Copier:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.call_timeout = args.call_timeout
+        self.watchdog = HungCallWatchdog(args.hung_call_grace)
         quiet = logging.getLogger("copier")
         quiet.setLevel(logging.CRITICAL + 1)
         logs: dict[str, Any] = {"logger": quiet, "log_level": 0}
@@ -105,9 +150,9 @@ class Copier:
     def start(self) -> None:
         # First fence any predecessor (its open transaction is aborted, its offsets with it),
         # then read the committed position, which is stable from then on.
-        retrying("init", lambda: self.producer.init_transactions(CALL_TIMEOUT_S))
+        retrying("init", lambda: self.producer.init_transactions(self.call_timeout))
         [tp] = retrying(
-            "committed", lambda: self.consumer.committed([self.tp], timeout=CALL_TIMEOUT_S)
+            "committed", lambda: self.consumer.committed([self.tp], timeout=self.call_timeout)
         )
         if tp.error is not None:
             raise KafkaException(tp.error)
@@ -157,17 +202,36 @@ class Copier:
             self.produce(msg)
         next_offset = batch[-1].offset() + 1
         offsets = [TopicPartition(self.args.input_topic, self.args.input_partition, next_offset)]
-        self.producer.send_offsets_to_transaction(
-            offsets, self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S
-        )
+        with self.watchdog.watch("send_offsets_to_transaction", self.call_timeout):
+            self.producer.send_offsets_to_transaction(
+                offsets, self.consumer.consumer_group_metadata(), self.call_timeout
+            )
         if self.rng.random() < self.args.abort_ratio:
-            retrying("abort", lambda: self.producer.abort_transaction(CALL_TIMEOUT_S))
+            self.settle_before_abort()
+            retrying("abort", lambda: self.producer.abort_transaction(self.call_timeout))
             self.rewind()
             say(f"ABORTED {next_offset}")
         else:
-            retrying("commit", lambda: self.producer.commit_transaction(CALL_TIMEOUT_S))
+            retrying("commit", lambda: self.producer.commit_transaction(self.call_timeout))
             self.position = next_offset
             say(f"COMMITTED {self.position}")
+
+    def settle_before_abort(self) -> None:
+        """With `--flush-before-abort`: before aborting, wait until every record produced is
+        acknowledged or has failed. librdkafka (2.16) purges the records still waiting for a
+        retry when a transaction is aborted and gives their sequence numbers to the next
+        transaction, even when the failed request may have written them (a leader killed
+        right after appending): the partition then takes the next transaction's batch for a
+        retry of the aborted one (Kafka's duplicate detection, which Onceflow shares) and
+        acknowledges it without writing it, so records of a committed transaction are lost.
+        Flushed first, the retry reaches the new leader within this transaction. Records that
+        will not settle: exit 6, and a new producer (a new epoch) takes over. Off by default."""
+        if not self.args.flush_before_abort:
+            return
+        left = self.producer.flush(self.call_timeout)
+        if left:
+            say(f"FATAL {left} records unacknowledged before an abort")
+            os._exit(6)
 
     def run(self) -> int:
         self.start()
@@ -181,11 +245,12 @@ class Copier:
                     return 3
                 # Abortable (or a retriable error outside commit/abort): start over from the
                 # committed position in a new transaction.
-                retrying("abort", lambda: self.producer.abort_transaction(CALL_TIMEOUT_S))
+                self.settle_before_abort()
+                retrying("abort", lambda: self.producer.abort_transaction(self.call_timeout))
                 self.rewind()
                 say(f"RECOVERED {err.name()}")
         self.consumer.close()
-        self.producer.flush(CALL_TIMEOUT_S)
+        self.producer.flush(self.call_timeout)
         say("DONE")
         return 0
 
@@ -203,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=750)
     ap.add_argument("--abort-ratio", type=float, default=1 / 3)
     ap.add_argument("--seed", default="copier")
+    ap.add_argument("--call-timeout", type=float, default=CALL_TIMEOUT_S)
+    ap.add_argument("--hung-call-grace", type=float, default=None)
+    ap.add_argument("--flush-before-abort", action="store_true")
     args = ap.parse_args(argv)
     faulthandler.register(signal.SIGUSR1)  # a stuck copier's stack, on its stderr
     try:

@@ -206,7 +206,9 @@ def _value(partition: int, i: int) -> bytes:
     return f"{partition}-{i:06d}".encode()
 
 
-def _seed(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+def _seed(bootstrap: str, topic: str, partitions: int, per_partition: int, first: int = 0) -> None:
+    """Records `first` to `per_partition - 1` of each input partition (all of them unless
+    `first` says the earlier ones are written already)."""
     p = plain_producer(
         bootstrap,
         **{
@@ -223,7 +225,7 @@ def _seed(bootstrap: str, topic: str, partitions: int, per_partition: int) -> No
         if err is not None:
             failed.append(err)
 
-    for i in range(per_partition):
+    for i in range(first, per_partition):
         for part in range(partitions):
             while True:
                 try:

@@ -696,9 +696,9 @@ class Broker:
                 header.producer_epoch,
                 topic,
                 partition,
-                plog.markers_written,
+                plog.markers_written.get(header.producer_id, 0),
             )
-        if plog.markers_written != verified.markers_before:
+        if plog.markers_written.get(header.producer_id, 0) != verified.markers_before:
             # A transaction ended here while the coordinator was asked (Kafka's
             # VerificationGuard): the answer may be stale, so the producer retries.
             raise KafkaError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -222,10 +223,19 @@ class ClusterLink:
         return MetadataChange("session")
 
     def _reregister(self) -> None:
-        try:
-            self.store.reregister_broker(self.registration)
-        except Exception:
-            log.exception("registering broker %d again failed", self.registration.broker_id)
+        """Register again after a new session; retried while ZooKeeper is unsteady (a
+        broker that stayed unregistered would count as dead for ever)."""
+        while not self._closed and not self.session_lost:
+            try:
+                self.store.reregister_broker(self.registration)
+                return
+            except Exception as exc:
+                log.warning(
+                    "registering broker %d again failed: %r; retrying",
+                    self.registration.broker_id,
+                    exc,
+                )
+                time.sleep(1.0)
 
     def _set_topic(self, meta: TopicMetadata) -> MetadataChange:
         self.cache.topics[meta.name] = meta

@@ -63,6 +63,7 @@ class _Followed:
     leader_epoch: int
     truncated: bool = False  # done for this leader epoch
     leader_hw: int = -1  # the high watermark the leader last reported
+    retry_at: float = 0.0  # after an error, left out of requests until then (loop time)
 
 
 class ReplicaFetcher:
@@ -147,7 +148,10 @@ class ReplicaFetcher:
     # ---- truncation (KIP-101, KIP-279) -----------------------------------------------
 
     async def _truncate_new(self) -> None:
-        pending = {k: f for k, f in self.partitions.items() if not f.truncated}
+        now = asyncio.get_running_loop().time()
+        pending = {
+            k: f for k, f in self.partitions.items() if not f.truncated and f.retry_at <= now
+        }
         if not pending:
             return
         asking: dict[tuple[str, int], tuple[_Followed, int]] = {}
@@ -200,6 +204,7 @@ class ReplicaFetcher:
                         self.leader_id,
                         ErrorCode(result.error_code).name,
                     )
+                    self._delay(followed)
                     continue
                 self._truncate_to_leader(
                     followed.partition.log, latest, int(result.leader_epoch), int(result.end_offset)
@@ -231,7 +236,8 @@ class ReplicaFetcher:
     # ---- fetching --------------------------------------------------------------------
 
     async def _fetch_round(self) -> bool:
-        ready = {k: f for k, f in self.partitions.items() if f.truncated}
+        now = asyncio.get_running_loop().time()
+        ready = {k: f for k, f in self.partitions.items() if f.truncated and f.retry_at <= now}
         if not ready:
             return False
         # A fetch offset tells the leader what this replica holds on disk (durable mode):
@@ -299,6 +305,9 @@ class ReplicaFetcher:
                     plog.update_high_watermark(min(followed.leader_hw, plog.log_end_offset))
         return progressed or bool(ready)
 
+    def _delay(self, followed: _Followed) -> None:
+        followed.retry_at = asyncio.get_running_loop().time() + self.settings.backoff_ms / 1000
+
     def _apply(self, followed: _Followed, data: Any) -> Awaitable[None] | None:
         plog = followed.partition.log
         error = ErrorCode(data.error_code)
@@ -319,6 +328,9 @@ class ReplicaFetcher:
                 log.debug("%s: leader %d says %s", plog.name, self.leader_id, error.name)
             else:
                 log.info("%s: leader %d answered %s", plog.name, self.leader_id, error.name)
+            # Kafka's delayed partitions: until the metadata catches up, asking again at
+            # once would only spin; the other partitions go on being fetched.
+            self._delay(followed)
             return None
         followed.leader_hw = int(data.high_watermark)
         records = data.records

@@ -161,9 +161,10 @@ class PartitionLog:
         self.on_offline: Callable[[PartitionLog], None] | None = None
         self.space: SpaceAccount | None = None
         self.offline: str | None = None  # why the log stopped serving, once it has
-        # Counts markers appended here: a transactional write verified by a remote
-        # coordinator is appended only if no marker came in while it waited.
-        self.markers_written = 0
+        # Markers appended here per producer id: a transactional write verified by a
+        # remote coordinator is appended only if no marker of its producer came in while
+        # it waited (Kafka's VerificationGuard).
+        self.markers_written: dict[int, int] = {}
         self._hw_segment = segments[-1]
         self._hw_position = segments[-1].size
         self.high_watermark = self.log_end_offset
@@ -860,7 +861,7 @@ class PartitionLog:
         if completed is not None and completed.aborted:
             aborted.append(_aborted_txn(plan, completed))
         result = self._write([header], batch, plan, aborted=aborted)
-        self.markers_written += 1
+        self.markers_written[producer_id] = self.markers_written.get(producer_id, 0) + 1
         return result
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
