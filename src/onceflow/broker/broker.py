@@ -487,10 +487,14 @@ class Broker:
         if not validate_only:
             self.logs.add_partitions(name, total)
 
-    async def auto_create_topic(self, name: str) -> None:
+    def _check_auto_create(self, name: str) -> None:
+        """Kafka's auto.create.topics.enable, never for internal topics; logs the creation."""
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
         log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
+
+    async def auto_create_topic(self, name: str) -> None:
+        self._check_auto_create(name)
         await self.create_topic(name, self.config.num_partitions)
 
     async def delete_topic(self, name: str) -> None:
@@ -510,9 +514,7 @@ class Broker:
             return plog
         if topic not in self.logs.topics:
             validate_topic_name(topic)
-            if not self.config.auto_create_topics_enable or topic in INTERNAL_TOPICS:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{topic}'")
-            log.info("auto-creating topic %s with %d partitions", topic, self.config.num_partitions)
+            self._check_auto_create(topic)
             self.logs.create_topic(topic, self.config.num_partitions)
             plog = self.logs.get(topic, partition)
         if plog is None:
