@@ -18,6 +18,7 @@ from kazoo.exceptions import ConnectionLoss
 from onceflow.cluster.zk_store import (
     ControllerFenced,
     DuplicateBroker,
+    Election,
     StaleVersion,
     TopicExists,
     ZkMetadataStore,
@@ -52,6 +53,20 @@ def chroot(zk: ZooKeeperEnsemble) -> str:
     setup._zk.ensure_path(root)
     setup.close()
     return zk.connect + root
+
+
+def create_topic(
+    s: ZkMetadataStore,
+    topic: str,
+    topic_id: str,
+    assignment: dict[int, list[int]],
+    states: dict[int, PartitionState],
+    election: Election,
+) -> None:
+    """As the product creates a topic: any broker writes the assignment, the controller
+    the first states."""
+    s.create_topic_assignment(topic, topic_id, assignment, {})
+    s.create_partition_states(topic, states, election)
 
 
 def registration(broker_id: int) -> BrokerRegistration:
@@ -96,7 +111,8 @@ def test_one_controller_at_a_time_and_an_old_one_is_fenced(zk: ZooKeeperEnsemble
     assert stores[(first + 1) % 3].controller() == first
 
     survivor = stores[(first + 1) % 3]
-    survivor.create_topic(
+    create_topic(
+        survivor,
         "orders",
         "id-1",
         {0: [1]},
@@ -123,9 +139,9 @@ def test_topics_and_partition_state_change_by_compare_and_set(zk: ZooKeeperEnsem
     assert election is not None
     states = {p: PartitionState(p % 3 + 1, 0, (1, 2, 3), election.epoch) for p in range(3)}
     assignment = {p: [p % 3 + 1, (p + 1) % 3 + 1, (p + 2) % 3 + 1] for p in range(3)}
-    controller.create_topic("payments", "id-9", assignment, states, election)
+    create_topic(controller, "payments", "id-9", assignment, states, election)
     with pytest.raises(TopicExists):
-        controller.create_topic("payments", "id-9", assignment, states, election)
+        create_topic(controller, "payments", "id-9", assignment, states, election)
     reader = store(connect)
     assert reader.topics() == ["payments"]
     assert reader.topic_assignment("payments") == ("id-9", assignment)
@@ -184,8 +200,13 @@ def test_a_three_node_ensemble_keeps_serving_when_one_node_dies(tmp_path: Path) 
         controller.register_broker(registration(1))
         election = controller.try_elect(1, 0)
         assert election is not None
-        controller.create_topic(
-            "t", "id", {0: [1]}, {0: PartitionState(1, 0, (1,), election.epoch)}, election
+        create_topic(
+            controller,
+            "t",
+            "id",
+            {0: [1]},
+            {0: PartitionState(1, 0, (1,), election.epoch)},
+            election,
         )
         ensemble.servers[0].kill()
         # Two of three still form a quorum: reads and compare-and-sets go on (once the

@@ -31,7 +31,6 @@ from onceflow.cluster.znodes import (
     CONTROLLER_EPOCH,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
-    SHUTTING_DOWN,
     TOPICS,
     BrokerRegistration,
     PartitionState,
@@ -164,9 +163,6 @@ class ZkMetadataStore:
             self._zk.delete(broker_path(registration.broker_id))
         self._zk.create(broker_path(registration.broker_id), registration.encode(), ephemeral=True)
 
-    def shutting_down(self) -> set[int]:
-        return {int(name) for name in self._zk.get_children(SHUTTING_DOWN)}
-
     def enter_controlled_shutdown(self, broker_id: int) -> None:
         """Ask the controller to move leadership off this broker (an ephemeral znode, so a
         broker that dies instead is not excluded for ever)."""
@@ -241,31 +237,6 @@ class ZkMetadataStore:
 
     def topics(self) -> list[str]:
         return sorted(self._zk.get_children(TOPICS))
-
-    def create_topic(
-        self,
-        topic: str,
-        topic_id: str,
-        assignment: dict[int, list[int]],
-        states: dict[int, PartitionState],
-        election: Election,
-    ) -> None:
-        """The assignment and every partition's first state, all or nothing, and only while
-        this controller is not fenced."""
-        txn = self._zk.transaction()
-        txn.check(CONTROLLER_EPOCH, election.epoch_version)
-        txn.create(topic_path(topic), encode_assignment(topic_id, assignment))
-        txn.create(f"{topic_path(topic)}/partitions")
-        for partition, state in sorted(states.items()):
-            txn.create(f"{topic_path(topic)}/partitions/{partition}")
-            txn.create(partition_state_path(topic, partition), state.encode())
-        index, error = _failure(txn.commit())
-        if index == 0:
-            raise ControllerFenced(f"controller epoch {election.epoch} is no longer current")
-        if index == 1 and isinstance(error, NodeExistsError):
-            raise TopicExists(f"topic '{topic}' already exists")
-        if error is not None:
-            raise MetadataStoreError(f"creating topic '{topic}' failed: {error!r}")
 
     def create_topic_assignment(
         self,
