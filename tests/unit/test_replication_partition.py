@@ -92,6 +92,19 @@ def test_isr_proposals_shrink_a_lagging_follower_and_expand_a_caught_up_one() ->
     assert partition.isr_proposal(LAG_MS) is None, "one change in flight at a time"
 
 
+def test_a_follower_in_controlled_shutdown_does_not_rejoin_the_isr() -> None:
+    # KIP-841: the controller takes a shutting-down replica out of the ISR; the leader
+    # adding it back at its next fetch would bump the epoch again and again.
+    partition, _ = make()
+    lead(partition, isr=(1, 2))
+    append(partition.log, 2)
+    partition.log.flush()
+    partition.follower_fetched(2, 2)
+    partition.follower_fetched(3, 2)  # caught up
+    assert partition.isr_proposal(LAG_MS, ineligible={3}) is None
+    assert partition.isr_proposal(LAG_MS) == (1, 2, 3)
+
+
 def test_a_follower_idle_but_caught_up_stays_in_the_isr() -> None:
     partition, clock = make()
     lead(partition)

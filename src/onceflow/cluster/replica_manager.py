@@ -226,7 +226,9 @@ class ReplicaManager:
                 self._propose_isr(partition)
 
     def _propose_isr(self, partition: Partition) -> None:
-        proposal = partition.isr_proposal(self.settings.lag_time_max_ms)
+        cache = self.link.cache
+        ineligible = cache.shutting_down | (set(partition.state.replicas) - set(cache.brokers))
+        proposal = partition.isr_proposal(self.settings.lag_time_max_ms, ineligible)
         if proposal is None:
             return
         partition.isr_change_pending = True

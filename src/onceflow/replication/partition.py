@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from onceflow.clock import Clock
@@ -150,9 +151,13 @@ class Partition:
         self._check_waiters()
         return True
 
-    def isr_proposal(self, lag_ms: int) -> tuple[int, ...] | None:
+    def isr_proposal(
+        self, lag_ms: int, ineligible: AbstractSet[int] = frozenset()
+    ) -> tuple[int, ...] | None:
         """The ISR this leader should have now, or None if it is right: followers behind for
-        lag_ms leave, followers at the high watermark rejoin (Kafka's shrink and expand)."""
+        lag_ms leave, followers at the high watermark rejoin (Kafka's shrink and expand).
+        An ineligible follower (in controlled shutdown, or unregistered) never rejoins, as
+        KIP-841 has it: the controller would only take it out again, bumping the epoch."""
         if self.role is not Role.LEADER or self.isr_change_pending:
             return None
         now = self.clock.now_ms()
@@ -171,6 +176,8 @@ class Partition:
                 )
                 if not lagging:
                     wanted.append(replica)
+            elif replica in ineligible:
+                continue
             elif progress.log_end_offset >= max(hw, self.log.epochs.start_of_latest()):
                 wanted.append(replica)
         proposal = tuple(r for r in self.state.replicas if r in wanted)
