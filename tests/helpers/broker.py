@@ -91,6 +91,8 @@ class BrokerProcess:
         self.port = port or free_port()
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        # Extra environment of the next start (fail points, say); clear it to start plain.
+        self.env: dict[str, str] = {}
         self.starts = 0
         # Log bytes before this are not searched for internal errors (a lost port race).
         self.errors_ignored_before = 0
@@ -170,7 +172,7 @@ class BrokerProcess:
 
     def _spawn(self) -> None:
         cmd = broker_command(self.data_dir, self.bootstrap, self.overrides)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.starts += 1
         with open(self.log_path, "ab") as out:
             out.write(f"\n=== start #{self.starts}: {' '.join(cmd[:3])} ... ===\n".encode())

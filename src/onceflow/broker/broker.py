@@ -29,6 +29,7 @@ from onceflow.coordinator.transaction.coordinator import (
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.replication.partition import Partition, Role
@@ -626,6 +627,8 @@ class Broker:
             written.append((plog, result.last_offset))
         if remote:
             assert self.cluster is not None
+            if written:
+                failpoint("txn.between_markers")
             peers = self.cluster.peers
             await asyncio.gather(
                 *(

@@ -12,6 +12,7 @@ import argparse
 import logging
 from typing import Any
 
+from onceflow import failpoints
 from onceflow.cli.common import CliError, host_port, key_value, non_negative_int
 from onceflow.config import BrokerConfig, ConfigError, load_broker_config
 
@@ -88,6 +89,10 @@ def run_serve(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     for warning in warnings:
         log.warning("%s", warning)
+    try:
+        failpoints.arm_from_environment()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     # Imported here so the client commands never load the broker.
     from onceflow.broker.app import serve
 

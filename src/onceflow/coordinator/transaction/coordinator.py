@@ -55,6 +55,7 @@ from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.failpoints import failpoint
 from onceflow.records.builder import build_batch
 
 log = logging.getLogger(__name__)
@@ -571,6 +572,7 @@ class TransactionCoordinator:
 
         The markers carry the coordinator epoch of the id's partition as it is now; an
         unload (or a reload at a newer epoch) cancels the task."""
+        failpoint("txn.after_prepare")
         txn_id = meta.transactional_id
         epoch = self.coordinator_epoch_for(self.partition_for(txn_id))
         if epoch is None:
@@ -627,6 +629,7 @@ class TransactionCoordinator:
                 continue
             self._marker_failures.succeeded()
             break
+        failpoint("txn.before_complete")
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         backoff = RETRY_BACKOFF_S
         while not self._closed and self._is_current(meta):
