@@ -22,9 +22,11 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
+from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.static.primitive import i16, i64
+from kio.static.primitive import i8, i16, i64
 
+from onceflow.cli.cluster import INTERNAL_REPLICATION
 from onceflow.cli.common import CliError
 from onceflow.cli.kafka_wire import Cluster as WireCluster
 from onceflow.errors import ErrorCode
@@ -32,7 +34,7 @@ from onceflow.failpoints import FAILPOINTS_ENV
 from onceflow.protocol.api_versions import ApiKey
 from tests.cluster.test_cluster_transactions import lso, lso_high
 from tests.cluster.test_replication import read_all, wait_isr, wait_replicas_agree
-from tests.helpers.clients import create_topic
+from tests.helpers.clients import admin_client, create_topic
 from tests.helpers.cluster import Cluster, ClusterBroker, cluster_factory
 from tests.helpers.txn import TXN_BROKER_OVERRIDES, confluent_txn_producer, fencing_error
 from tests.helpers.wire import RawConnection
@@ -401,3 +403,55 @@ def test_producer_ids_never_collide_across_brokers_and_restarts(
     for b in cluster.brokers:
         seen += init_producer_ids(b, 40)
     assert len(seen) == len(set(seen)), "a producer id handed out twice"
+
+
+# ---- the transaction log's replication factor ----------------------------------------------
+
+
+def without_internal_factors(cluster: Cluster) -> Cluster:
+    """Brokers that leave the internal topics' factors at their defaults (the test
+    harness, like `onceflow cluster`, otherwise sets them to the broker count)."""
+    for b in cluster.brokers:
+        for key, _ in INTERNAL_REPLICATION:
+            b.overrides.pop(key, None)
+    return cluster
+
+
+def test_the_default_factor_is_capped_at_the_broker_count(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    cluster = without_internal_factors(cluster_factory(2, overrides=OVERRIDES, start=False))
+    cluster.start()
+    topic = create_topic(cluster.bootstrap, partitions=PARTITIONS, replication_factor=2)
+    p = confluent_txn_producer(cluster.bootstrap, f"capped-{uuid.uuid4().hex[:8]}")
+    p.init_transactions(T)
+    p.begin_transaction()
+    wanted = write(p, topic, "capped")
+    end_transaction(p, commit=True)
+    check_exactly(committed_values(cluster.bootstrap, topic, len(wanted)), wanted)
+    md = admin_client(cluster.bootstrap).list_topics("__transaction_state", timeout=T)
+    parts = md.topics["__transaction_state"].partitions
+    assert parts and all(sorted(m.replicas) == [1, 2] for m in parts.values())
+    assert any(
+        "__transaction_state gets replication factor 2: the default 3 is capped" in b.log
+        for b in cluster.brokers
+    )
+
+
+def test_an_explicit_factor_above_the_broker_count_waits_for_brokers(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """As in Kafka: no transaction log, so no coordinator, until 3 brokers are up."""
+    cluster = without_internal_factors(cluster_factory(2, overrides=OVERRIDES, start=False))
+    for b in cluster.brokers:
+        b.overrides["transaction.state.log.replication.factor"] = "3"
+    cluster.start()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        for _ in range(5):
+            answer = conn.call(
+                FindCoordinatorRequest(key="waits", key_type=i8(1))  # a transactional id
+            )
+            assert answer.error_code == ErrorCode.coordinator_not_available
+            time.sleep(0.5)
+    md = admin_client(cluster.bootstrap).list_topics(timeout=T)
+    assert "__transaction_state" not in md.topics

@@ -323,16 +323,25 @@ class Broker:
             return self.node_id, self.advertised_host, self.advertised_port
         if key_type == 1:
             topic, partitions = TXN_TOPIC, self.config.transaction_state_log_num_partitions
+            factor_key = "transaction.state.log.replication.factor"
             replicas = self.config.transaction_state_log_replication_factor
+            min_isr = self.config.transaction_state_log_min_isr
             segment_bytes = self.config.transaction_state_log_segment_bytes
             partition = self.txn_coordinator.partition_for(key)
         else:
             topic, partitions = OFFSETS_TOPIC, self.config.offsets_topic_num_partitions
+            factor_key = "offsets.topic.replication.factor"
             replicas = self.config.offsets_topic_replication_factor
+            min_isr = self.config.min_insync_replicas
             segment_bytes = self.config.offsets_topic_segment_bytes
             partition = self.group_coordinator.partition_for(key)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
-        if not self.cluster.ensure_internal_topic(topic, partitions, replicas, configs):
+        # The default factor (3) is capped at the brokers there are; one the operator set
+        # is waited for, as Kafka does.
+        capped = factor_key not in dict(self.config.settings)
+        if not self.cluster.ensure_internal_topic(
+            topic, partitions, replicas, configs, cap_at_brokers=capped, min_isr=min_isr
+        ):
             return None
         leader = self.cluster.cache.leader_of(topic, partition)
         registration = self.cluster.cache.brokers.get(leader)

@@ -101,7 +101,7 @@ class ClusterMode:
         self._creating: set[str] = set()  # internal topics being created
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
-        if topic == "__transaction_state":
+        if topic == "__transaction_state" and "min.insync.replicas" not in configs:
             return self.config.transaction_state_log_min_isr
         if "min.insync.replicas" not in configs:
             return self.config.min_insync_replicas
@@ -341,19 +341,44 @@ class ClusterMode:
             await asyncio.sleep(0.02)
 
     def ensure_internal_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        cap_at_brokers: bool = False,
+        min_isr: int = 1,
     ) -> bool:
         """Whether the internal topic exists; if not, start creating it once enough
-        brokers are alive (Kafka answers COORDINATOR_NOT_AVAILABLE meanwhile)."""
+        brokers are alive (Kafka answers COORDINATOR_NOT_AVAILABLE meanwhile).
+
+        With cap_at_brokers, a cluster of fewer brokers than the factor uses them all, and
+        the topic's min.insync.replicas is capped to match (else no write could succeed)."""
         if name in self.cache.topics:
             return True
-        if name not in self._creating and len(self.cache.brokers) >= replication_factor:
-            self._creating.add(name)  # one attempt at a time, however many clients ask
-            task = asyncio.get_running_loop().create_task(
-                self.create_topic(name, partitions, replication_factor, configs, wait=False)
+        alive = len(self.cache.brokers)
+        if name in self._creating or alive == 0:  # one attempt at a time
+            return False
+        if cap_at_brokers and alive < replication_factor:
+            log.warning(
+                "%s gets replication factor %d: the default %d is capped at the %d brokers "
+                "registered (set it explicitly to wait for more brokers, as Kafka does)",
+                name,
+                alive,
+                replication_factor,
+                alive,
             )
-            task.add_done_callback(_log_creation(name))
-            task.add_done_callback(lambda _: self._creating.discard(name))
+            replication_factor = alive
+            configs = {**configs, "min.insync.replicas": str(min(min_isr, alive))}
+        if alive < replication_factor:
+            return False
+        self._creating.add(name)
+        task = asyncio.get_running_loop().create_task(
+            self.create_topic(name, partitions, replication_factor, configs, wait=False)
+        )
+        task.add_done_callback(_log_creation(name))
+        task.add_done_callback(lambda _: self._creating.discard(name))
         return False
 
 
