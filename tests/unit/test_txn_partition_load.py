@@ -342,6 +342,32 @@ def test_unload_forgets_ids_and_their_timeouts() -> None:
     run(scenario)
 
 
+def test_an_idle_id_expires_at_the_new_coordinator_from_its_logged_time() -> None:
+    # transactional.id.expiration.ms counts from the id's last logged update, not from
+    # the move: the new coordinator neither forgets it early nor keeps it for ever.
+    async def scenario() -> None:
+        clock = ManualClock()
+        log = MemoryLog()
+        old, _ = make(log, clock=clock)
+        await old.load_partition(0, 1)
+        pid, epoch = await open_txn(old, TX)
+        assert await old.end_txn(TX, pid, epoch, commit=True) is ErrorCode.none
+        await until(lambda: old.txns[TX].state is TxnState.COMPLETE_COMMIT)
+        old.unload(0)
+        expiration_ms = old.config.id_expiration_ms
+        clock.advance(expiration_ms - 1_000)
+        new, _ = make(log, clock=clock)
+        await new.load_partition(0, 2)
+        await new.poll()
+        assert new.txns[TX].state is TxnState.COMPLETE_COMMIT, "expired early"
+        clock.advance(1_000)
+        await new.poll()
+        assert TX not in new.txns
+        assert log.states(TX)[-1] is None  # the tombstone: a later load forgets it too
+
+    run(scenario)
+
+
 # ---------------------------------------------------------------- loading and epochs
 
 
