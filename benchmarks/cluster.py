@@ -1,4 +1,5 @@
-"""The cluster: acks=all produce on RF=3 against RF=1, and failover under a producer.
+"""The cluster: acks=all produce on RF=3 (idempotent and transactional) against RF=1, a
+consume-transform-produce round trip on RF=3, and failover under a producer.
 
 One cluster, started the way a user starts one: `onceflow cluster --brokers 3` as a
 subprocess (ZooKeeper and three brokers on this machine, durable mode, sharing its cores),
@@ -7,8 +8,14 @@ and the exact command that starts it again, which is how a broker is killed and 
 here; the launcher adopts a restarted broker and stops it at the end.
 
 - Produce: the suite's idempotent acks=all workload (`onceflow.bench.produce`, 1 KiB
-  values) to a fresh one-partition topic of RF=3 (`min.insync.replicas=2`) and of RF=1, in
-  turn, on the same cluster with the same client.
+  values) to a fresh one-partition topic of RF=3 (`min.insync.replicas=2`) and of RF=1, and
+  its transactional workload (`produce_transactional`, committing every 100 ms, otherwise
+  the same client settings and values) to a fresh RF=3 topic, in turn, on the same cluster.
+- Round trip: `onceflow.bench.roundtrip_run` on two fresh RF=3 topics, input and output: a
+  timestamped record produced (idempotent, acks=all) at a fixed rate, copied by a
+  read_committed consumer and a transactional producer committing the batch of each poll
+  with the consumer's offsets, and read by a read_committed consumer of the output. The
+  figures are the p50 and p99 from the input's send to the output's read.
 - Failover: a producer thread (idempotent, acks=all, 100 B values at a fixed rate,
   `linger.ms=1`) records when each acknowledgement arrives. The partition's leader gets
   kill -9 (or SIGTERM: a controlled shutdown); the figure is read from the acknowledgement
@@ -45,9 +52,13 @@ from onceflow.bench import (
     BenchError,
     Failures,
     kafka_reason,
+    percentile,
     produce,
+    produce_transactional,
     producer_config,
+    roundtrip_run,
     send,
+    transactional_producer,
 )
 from onceflow.cli.cluster import CLUSTER_FILE, pid_alive
 from onceflow.cluster.zk_server import ZooKeeperError, die_with_parent, require_zookeeper
@@ -252,15 +263,54 @@ class BenchCluster:
         self.wait_partition(topic, isr_size=replication)
 
 
-# ---- produce: RF=3 against RF=1 ------------------------------------------------------------
+# ---- produce: RF=3 against RF=1, transactional against idempotent -------------------------
 
 
-def produce_run(cluster: BenchCluster, replication: int, messages: int) -> float:
-    """Seconds to produce and acknowledge `messages` 1 KiB values, idempotent and acks=all,
-    to a new one-partition topic of `replication` replicas."""
-    topic = f"cluster-rf{replication}-{uuid.uuid4().hex[:8]}"
+def produce_run(
+    cluster: BenchCluster, replication: int, messages: int, *, transactional: bool = False
+) -> float:
+    """Seconds to produce and acknowledge `messages` 1 KiB values, acks=all, to a new
+    one-partition topic of `replication` replicas: idempotent, or in transactions committing
+    every 100 ms (the same client settings otherwise)."""
+    kind = "txn" if transactional else "idem"
+    topic = f"cluster-{kind}-rf{replication}-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, replication)
-    return produce(cluster.bootstrap, topic, messages, KIB)
+    if not transactional:
+        return produce(cluster.bootstrap, topic, messages, KIB)
+    producer = transactional_producer(cluster.bootstrap, f"bench-{topic}")
+    return produce_transactional(producer, topic, messages, KIB, partition=0)
+
+
+def produce_group(cluster: BenchCluster, messages: int, runs: ClusterRuns, index: int) -> None:
+    """One group of the produce runs: idempotent and transactional on RF=3, in an order
+    that alternates between groups (so neither always runs on the disk the other just
+    wrote to), then idempotent on RF=1."""
+    rf3 = [(False, runs.rf3_seconds), (True, runs.txn_rf3_seconds)]
+    for transactional, seconds in rf3 if index % 2 == 0 else rf3[::-1]:
+        seconds.append(produce_run(cluster, BROKERS, messages, transactional=transactional))
+    runs.rf1_seconds.append(produce_run(cluster, 1, messages))
+
+
+# ---- consume-transform-produce ---------------------------------------------------------------
+
+
+def roundtrip(
+    cluster: BenchCluster, rate: int, warmup_seconds: float, seconds: float
+) -> list[float]:
+    """The consume-transform-produce round trips (seconds) through two new RF=3 topics."""
+    name = f"cluster-ctp-{uuid.uuid4().hex[:8]}"
+    source, sink = f"{name}-in", f"{name}-out"
+    for topic in (source, sink):
+        cluster.create_topic(topic, BROKERS)
+    return roundtrip_run(
+        cluster.bootstrap,
+        source,
+        sink,
+        rate=rate,
+        warmup_seconds=warmup_seconds,
+        seconds=seconds,
+        prefix="bench-cluster-",
+    )
 
 
 # ---- failover ------------------------------------------------------------------------------
@@ -405,8 +455,10 @@ def controlled_shutdown_gap(cluster: BenchCluster, work: AckRecorder) -> float:
 
 @dataclass
 class ClusterRuns:
-    rf3_seconds: list[float] = field(default_factory=list)
+    rf3_seconds: list[float] = field(default_factory=list)  # idempotent
     rf1_seconds: list[float] = field(default_factory=list)
+    txn_rf3_seconds: list[float] = field(default_factory=list)
+    ctp_roundtrips: list[float] = field(default_factory=list)
     steady_gaps: list[float] = field(default_factory=list)
     kill_failovers: list[float] = field(default_factory=list)
     kill_elections: list[float] = field(default_factory=list)  # kill to a new leader named
@@ -416,24 +468,30 @@ class ClusterRuns:
 def cluster_runs(
     *,
     messages: int,
-    pairs: int,
+    groups: int,
+    ctp_rate: int,
+    ctp_warmup_seconds: float,
+    ctp_seconds: float,
     kills: int,
     shutdowns: int,
     session_timeout_ms: int,
     ack_rate: int,
     steady_seconds: float,
 ) -> ClusterRuns:
-    """Everything measured on one 3-broker cluster: `pairs` interleaved produce runs of
-    `messages` values (RF=3, RF=1), the longest gap between acknowledgements over
-    `steady_seconds` with nothing happening (the reference), then `kills` kill -9s and
-    `shutdowns` controlled shutdowns of the leader under a producer of `ack_rate` records/s."""
+    """Everything measured on one 3-broker cluster: the consume-transform-produce round
+    trip at `ctp_rate` records/s (`ctp_warmup_seconds` not counted, then `ctp_seconds`), first,
+    while the disk is rested and every broker is the one the launcher started; `groups`
+    interleaved groups of produce runs of `messages` values (RF=3 idempotent and
+    transactional, RF=1); the longest gap between acknowledgements over `steady_seconds`
+    with nothing happening (the reference), then `kills` kill -9s and `shutdowns` controlled
+    shutdowns of the leader under a producer of `ack_rate` records/s."""
     runs = ClusterRuns()
     cluster = BenchCluster(BROKERS, {"zookeeper.session.timeout.ms": str(session_timeout_ms)})
     try:
         cluster.start()
-        for _ in range(pairs):  # interleaved, so drift touches both alike
-            runs.rf3_seconds.append(produce_run(cluster, 3, messages))
-            runs.rf1_seconds.append(produce_run(cluster, 1, messages))
+        runs.ctp_roundtrips = roundtrip(cluster, ctp_rate, ctp_warmup_seconds, ctp_seconds)
+        for index in range(groups):  # interleaved, so drift touches each run alike
+            produce_group(cluster, messages, runs, index)
         topic = f"cluster-failover-{uuid.uuid4().hex[:8]}"
         cluster.create_topic(topic, BROKERS)
         work = AckRecorder(cluster.bootstrap, topic, ack_rate).start()
@@ -470,6 +528,14 @@ def figures(runs: ClusterRuns, messages: int, session_timeout_ms: int) -> dict[s
     out["cluster_produce_rf3_ratio_to_rf1"] = statistics.median(
         rf1 / rf3 for rf1, rf3 in zip(runs.rf1_seconds, runs.rf3_seconds, strict=True)
     )
+    out["cluster_produce_txn_100ms_1024B_rf3_MBps"] = mb / statistics.median(runs.txn_rf3_seconds)
+    # As the RF=1 ratio: the median of each group's own ratio of speeds.
+    out["cluster_produce_txn_100ms_rf3_ratio_to_idempotent"] = statistics.median(
+        idem / txn for idem, txn in zip(runs.rf3_seconds, runs.txn_rf3_seconds, strict=True)
+    )
+    ordered = sorted(runs.ctp_roundtrips)
+    out["cluster_ctp_roundtrip_p50_ms"] = percentile(ordered, 0.50) * 1000
+    out["cluster_ctp_roundtrip_p99_ms"] = percentile(ordered, 0.99) * 1000
     out["cluster_zookeeper_session_timeout_s"] = session_timeout_ms / 1000
     if runs.kill_failovers:
         out["cluster_failover_kill9_p50_s"] = statistics.median(runs.kill_failovers)

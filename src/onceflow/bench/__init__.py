@@ -7,6 +7,7 @@ broker's internals (an import-linter contract in pyproject.toml keeps it so).
 """
 
 from onceflow.bench.latency import MODES, latency_run, percentile
+from onceflow.bench.roundtrip import roundtrip_run
 from onceflow.bench.stats import figure_table, median_of, medians
 from onceflow.bench.workloads import (
     COMMIT_INTERVAL_S,
@@ -40,6 +41,7 @@ __all__ = [
     "produce",
     "produce_transactional",
     "producer_config",
+    "roundtrip_run",
     "send",
     "transactional_producer",
 ]
