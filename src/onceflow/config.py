@@ -302,6 +302,25 @@ def _render_listeners(listeners: tuple[Listener, ...]) -> str:
     return ",".join(str(listener) for listener in listeners)
 
 
+def _parse_optional_address(text: str) -> Listener | None:
+    """An HTTP address, HOST:PORT (an empty host or 0.0.0.0: every interface; port 0: a
+    free port, logged); empty means off."""
+    text = text.strip()
+    if not text:
+        return None
+    expected = "HOST:PORT (e.g. 127.0.0.1:9404), or empty for off"
+    if "://" in text:
+        raise ValueError(expected)
+    try:
+        return Listener.parse(text)
+    except ValueError:
+        raise ValueError(expected) from None
+
+
+def _render_optional_address(value: Listener | None) -> str:
+    return "" if value is None else value.address
+
+
 def _parse_protocol_map(text: str) -> tuple[tuple[str, str], ...]:
     expected = (
         f"NAME:PROTOCOL pairs, comma-separated, PROTOCOL one of {', '.join(_SECURITY_PROTOCOLS)}"
@@ -343,6 +362,9 @@ _LISTENERS: _Kind[tuple[Listener, ...]] = _Kind(
 )
 _PROTOCOL_MAP: _Kind[tuple[tuple[str, str], ...]] = _Kind(
     ConfigType.STRING, _parse_protocol_map, _render_protocol_map
+)
+_OPTIONAL_ADDRESS: _Kind[Listener | None] = _Kind(
+    ConfigType.STRING, _parse_optional_address, _render_optional_address
 )
 _CLEANUP_POLICY: _Kind[tuple[str, ...]] = _Kind(
     ConfigType.LIST, _parse_cleanup_policy, _render_list
@@ -541,6 +563,9 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "Space reserved in the log dir (the file onceflow-ballast) and released the moment a "
        "write finds the disk full anyway, so the broker's own writes can finish in-flight "
        "transactions; made again once free space is back above the threshold. 0: none."),
+    _K("onceflow.metrics.listener", "onceflow_metrics_listener", _OPTIONAL_ADDRESS, None,
+       "HOST:PORT where the broker serves Prometheus metrics at http://HOST:PORT/metrics. "
+       "Unset (the default): no metrics endpoint."),
     # --- cluster (ZooKeeper) ---
     _K("zookeeper.connect", "zookeeper_connect", _STRING, None,
        "ZooKeeper servers (HOST:PORT,...[/chroot]) holding the cluster's metadata. Unset: the "
@@ -676,8 +701,9 @@ BROKER_CONFIG_KEYS: frozenset[str] = frozenset(_BROKER_BY_NAME)
 
 
 def _render(kind: _Kind[Any], value: Any) -> str | None:
-    """Kafka's rendering, with an empty list shown as unset (null) as Kafka shows it."""
-    if isinstance(value, tuple) and not value:
+    """Kafka's rendering, with an empty list or no value shown as unset (null) as Kafka
+    shows it."""
+    if value is None or (isinstance(value, tuple) and not value):
         return None
     return kind.render(value)
 
@@ -746,6 +772,7 @@ class BrokerConfig:
     onceflow_log_dir_min_free_bytes: int = 1 << 30
     onceflow_log_dir_min_free_percent: float = 5.0
     onceflow_log_dir_ballast_bytes: int = 16 << 20
+    onceflow_metrics_listener: Listener | None = None
     # cluster (ZooKeeper)
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 18_000
@@ -867,6 +894,20 @@ def _check_listeners(cfg: BrokerConfig) -> None:
             raise _invalid("advertised.listeners", shown, "a port from 1 to 65535")
 
 
+def _check_metrics_listener(cfg: BrokerConfig) -> None:
+    metrics = cfg.onceflow_metrics_listener
+    if metrics is None or metrics.port == 0:
+        return
+    for listener in cfg.listeners:
+        same_host = listener.is_wildcard or metrics.is_wildcard or listener.host == metrics.host
+        if listener.port == metrics.port and same_host:
+            raise _invalid(
+                "onceflow.metrics.listener",
+                metrics.address,
+                f"a port other than the Kafka listener's ({listener.address})",
+            )
+
+
 def _check_session_timeouts(cfg: BrokerConfig) -> None:
     if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
         raise _invalid(
@@ -897,6 +938,7 @@ def _check_standalone(cfg: BrokerConfig) -> None:
 
 _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     _check_listeners,
+    _check_metrics_listener,
     _check_session_timeouts,
     _check_compaction_lag,
     _check_standalone,

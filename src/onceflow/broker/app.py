@@ -18,6 +18,7 @@ from onceflow.broker.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
 from onceflow.broker.cluster_mode import ClusterStartupError
 from onceflow.broker.handlers.registry import HANDLERS
+from onceflow.broker.metrics_http import start_metrics_server
 from onceflow.broker.server import KafkaConnection
 from onceflow.config import BrokerConfig
 
@@ -71,11 +72,27 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         raise StartupError(
             f"cannot listen on {listener.host}:{listener.port}: {exc.strerror}"
         ) from exc
+    metrics_server = None
+    metrics_at = config.onceflow_metrics_listener
+    if metrics_at is not None and broker.metrics is not None:
+        try:
+            metrics_server = await start_metrics_server(
+                broker.metrics.registry, metrics_at.host, metrics_at.port, start_serving=False
+            )
+        except OSError as exc:
+            os.close(lock_fd)
+            server.close()
+            raise StartupError(
+                f"cannot listen for metrics on {metrics_at.address} "
+                f"(onceflow.metrics.listener): {exc.strerror or exc}"
+            ) from exc
     try:
         await broker.start()
     except ClusterStartupError as exc:
         os.close(lock_fd)
         server.close()
+        if metrics_server is not None:
+            metrics_server.close()
         await broker.stop()
         raise StartupError(f"cannot join the cluster: {exc}") from exc
     except OSError as exc:
@@ -83,6 +100,8 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         # space at all, or one that fails, the broker says so instead of a traceback.
         os.close(lock_fd)
         server.close()
+        if metrics_server is not None:
+            metrics_server.close()
         broker.disk.refresh(force=True)
         usage = broker.disk.usage
         raise StartupError(
@@ -100,6 +119,10 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
             broker.advertised_port,
             data_dir,
         )
+        if metrics_server is not None:
+            await metrics_server.start_serving()
+            host, port = metrics_server.sockets[0].getsockname()[:2]
+            log.info("Prometheus metrics at http://%s:%d/metrics", host, port)
         await stop.wait()
         log.info("shutting down")
         await broker.controlled_shutdown()
@@ -110,6 +133,8 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
                 conn.transport.close()
         await server.wait_closed()
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         await broker.stop()
         os.close(lock_fd)
     log.info("shut down cleanly")

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.cluster_mode import ClusterMode, PartitionView
+from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
@@ -86,7 +87,12 @@ class Broker:
         )
         self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config, self.disk)
         self.logs.offline_listeners.append(self._log_offline)
-        self.flusher = GroupCommitFlusher(on_flushed=self._flushed)
+        # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
+        self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
+        self.flusher = GroupCommitFlusher(
+            on_flushed=self._flushed,
+            on_round=self.metrics.flush_round if self.metrics is not None else None,
+        )
         self.purgatory = FetchPurgatory()
         # Followers' fetches wait for appends, not for the high watermark.
         self.replica_purgatory = FetchPurgatory()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +65,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._requests: asyncio.Queue[Frame] = asyncio.Queue()
-        self._responses: asyncio.Queue[tuple[codec.RequestHeader, Any]] = asyncio.Queue(
+        # Each response with the time its request's handling started (for the metrics).
+        self._responses: asyncio.Queue[tuple[codec.RequestHeader, Any, float]] = asyncio.Queue(
             MAX_QUEUED_REQUESTS
         )
         self._writable = asyncio.Event()
@@ -138,8 +140,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.abort()
 
     async def _process_requests(self) -> None:
+        metrics = self.broker.metrics
         while True:
             frame = await self._requests.get()
+            started = time.perf_counter()
             if self._paused and self._requests.qsize() < MAX_QUEUED_REQUESTS // 2:
                 assert self.transport is not None
                 self.transport.resume_reading()
@@ -156,13 +160,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             finally:
                 self._handling = False
+                if metrics is not None:
+                    metrics.received(len(frame) + 4)
                 self.decoder.recycle(frame)  # decoding copied what the request keeps
             if self._closed:
                 return  # the client is gone; the work is done, the answer has nowhere to go
             if isinstance(result, NoResponse):
                 self._in_flight -= 1
+                if metrics is not None:
+                    metrics.request_done(header.api_key, started, None, 0)
                 continue
-            await self._responses.put((header, result))
+            await self._responses.put((header, result, started))
 
     async def _handle(self, frame: Frame) -> tuple[codec.RequestHeader, Any]:
         prefix = codec.peek_header(frame)
@@ -187,8 +195,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write_responses(self) -> None:
         loop = asyncio.get_running_loop()
+        metrics = self.broker.metrics
         while True:
-            header, result = await self._responses.get()
+            header, result, started = await self._responses.get()
             if isinstance(result, Deferred):
                 try:
                     result = await _settle(result)
@@ -200,10 +209,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             parts: list[Any] = (
                 result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
             )
-            await self._send(loop, head, parts)
+            sent = await self._send(loop, head, parts)
             self._in_flight -= 1
+            if metrics is not None:
+                metrics.request_done(header.api_key, started, result, sent)
 
-    async def _send(self, loop: asyncio.AbstractEventLoop, head: bytes, parts: list[Any]) -> None:
+    async def _send(self, loop: asyncio.AbstractEventLoop, head: bytes, parts: list[Any]) -> int:
+        """Write one response; returns its size on the wire."""
         transport = self.transport
         assert transport is not None
         total = len(head) + sum(p.size if isinstance(p, FileRegion) else len(p) for p in parts)
@@ -223,6 +235,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             transport.write(b"".join(pending))
         if not self._writable.is_set():
             await self._writable.wait()
+        return total + 4
 
     async def _sendfile(
         self,

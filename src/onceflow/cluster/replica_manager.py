@@ -64,6 +64,8 @@ class ReplicaManager:
         self.role_listeners: list[RoleListener] = []
         self._task: asyncio.Task[None] | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
+        self.isr_shrinks = 0  # ISR changes written by this broker as leader (metrics)
+        self.isr_expands = 0
         link.listeners.append(self._changed)
 
     def start(self) -> None:
@@ -259,6 +261,10 @@ class ReplicaManager:
         )
         try:
             await asyncio.to_thread(self.link.store.update_isr, topic, index, state, version)
+            if shrink:
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
         except StaleVersion as exc:
             log.info("%s-%d: ISR change lost to a newer state: %s", topic, index, exc)
             partition.isr_change_pending = False

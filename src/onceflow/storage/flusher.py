@@ -18,6 +18,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from onceflow.storage.partition_log import FlushPlan, PartitionLog
@@ -28,8 +29,15 @@ _STOP = None  # put on the job queue: the flusher thread ends
 
 
 class GroupCommitFlusher:
-    def __init__(self, on_flushed: Callable[[PartitionLog], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_flushed: Callable[[PartitionLog], None] | None = None,
+        on_round: Callable[[float, int], None] | None = None,
+    ) -> None:
         self._on_flushed = on_flushed
+        # Metrics: called on the loop after each round with its fsync seconds and the
+        # records it made durable (the group-commit size).
+        self._on_round = on_round
         self._dirty: dict[int, PartitionLog] = {}
         self._waiters: list[tuple[PartitionLog, int, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,22 +124,29 @@ class GroupCommitFlusher:
         assert loop is not None
         while (plans := self._jobs.get()) is not _STOP:
             errors: list[OSError | None] = []
+            started = time.perf_counter()
             for plan in plans:  # one log's failure is that log's alone
                 try:
                     plan.execute()
                     errors.append(None)
                 except OSError as exc:
                     errors.append(exc)
+            seconds = time.perf_counter() - started
             try:
-                loop.call_soon_threadsafe(self._finish_round, plans, errors)
+                loop.call_soon_threadsafe(self._finish_round, plans, errors, seconds)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
 
-    def _finish_round(self, plans: list[FlushPlan], errors: list[OSError | None]) -> None:
+    def _finish_round(
+        self, plans: list[FlushPlan], errors: list[OSError | None], seconds: float = 0.0
+    ) -> None:
         assert self._idle is not None
         self._running = False
         self._idle.set()
         self.rounds += 1
+        if self._on_round is not None:
+            records = sum(max(0, p.end_offset - p.log.flushed_offset) for p in plans)
+            self._on_round(seconds, records)
         for plan, error in zip(plans, errors, strict=True):
             if error is not None:
                 self.fsync_failures += 1

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from onceflow.errors import KafkaError
+from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.codec import RequestHeader, build, nested, response_type
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class Deferred:
 
 @dataclass(frozen=True, slots=True)
 class RawBody:
-    """A pre-encoded response body: bytes and file regions sent without copying."""
+    """A pre-encoded response body: bytes and file regions sent without copying, and the
+    errors it carries (for the metrics, which cannot read them in the bytes)."""
 
     parts: list[Any]  # bytes | onceflow.storage.partition_log.FileRegion
+    errors: tuple[ErrorCode, ...] = ()

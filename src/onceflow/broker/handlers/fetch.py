@@ -59,7 +59,12 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             pass
         finally:
             purgatory.forget(keys, waiter)
-    return RawBody(_encode(ctx, request, reads))
+    errors = (
+        tuple(r.error for rs in reads for r in rs if r.error is not ErrorCode.none)
+        if failed
+        else ()
+    )
+    return RawBody(_encode(ctx, request, reads), errors)
 
 
 def _read_all(

@@ -157,6 +157,10 @@ class TransactionCoordinator:
         self._closed = False
         self._log_failures = WriteFailureLog(log, "writes to __transaction_state")
         self._marker_failures = WriteFailureLog(log, "transaction markers")
+        # Counted for the metrics: ends decided here, aborts by reason, markers written.
+        self.commits = 0
+        self.aborts = {"client": 0, "timeout": 0, "fencing": 0}
+        self.markers_written = {"commit": 0, "abort": 0}
 
     def partition_for(self, transactional_id: str) -> int:
         return txn_partition_for(transactional_id, self.config.num_partitions)
@@ -350,7 +354,7 @@ class TransactionCoordinator:
         if meta.state == TxnState.ONGOING:
             # A new instance fences the old one: abort its transaction at a bumped epoch,
             # and have the new one retry once the abort is complete.
-            error = await self._fence_and_abort(meta)
+            error = await self._fence_and_abort(meta, "fencing")
             return InitResult(
                 error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
@@ -427,7 +431,7 @@ class TransactionCoordinator:
             return await self._transition_then(
                 meta,
                 target,
-                lambda: self._start_finish(meta, commit),
+                lambda: self._start_finish(meta, commit, "client"),
                 {"update_ms": self._clock.now_ms()},
             )
         retry_of_same = {
@@ -502,7 +506,7 @@ class TransactionCoordinator:
                     meta.transactional_id,
                     meta.timeout_ms,
                 )
-                await self._fence_and_abort(meta)
+                await self._fence_and_abort(meta, "timeout")
             elif (
                 meta.state in COMPLETED_STATES
                 and now - meta.update_ms >= self.config.id_expiration_ms
@@ -541,8 +545,9 @@ class TransactionCoordinator:
             return None, ErrorCode.producer_fenced
         return meta, ErrorCode.none
 
-    async def _fence_and_abort(self, meta: TransactionMetadata) -> ErrorCode:
-        """Bump the epoch (PrepareEpochFence, never logged) and abort at the new epoch."""
+    async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> ErrorCode:
+        """Bump the epoch (PrepareEpochFence, never logged) and abort at the new epoch;
+        `reason` (timeout or fencing) is counted for the metrics."""
         if meta.producer_epoch >= MAX_EPOCH:
             return ErrorCode.producer_fenced
         meta.prepare(TxnState.PREPARE_EPOCH_FENCE)  # checks Ongoing -> PrepareEpochFence
@@ -550,7 +555,7 @@ class TransactionCoordinator:
         return await self._transition_then(
             meta,
             TxnState.PREPARE_ABORT,
-            lambda: self._start_finish(meta, commit=False),
+            lambda: self._start_finish(meta, False, reason),
             {
                 "producer_epoch": meta.producer_epoch + 1,
                 "last_producer_epoch": NO_PRODUCER_EPOCH,
@@ -566,13 +571,22 @@ class TransactionCoordinator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(ending), END_WAIT_S)
 
-    def _start_finish(self, meta: TransactionMetadata, commit: bool) -> None:
+    def _start_finish(
+        self, meta: TransactionMetadata, commit: bool, reason: str | None = None
+    ) -> None:
         """Registered at once (not when the task first runs), so a request that arrives
-        before the task starts still finds the transaction ending.
+        before the task starts still finds the transaction ending. A decision taken now
+        (`reason`: client, timeout or fencing; None for one found in the log at a load)
+        is counted for the metrics.
 
         The markers carry the coordinator epoch of the id's partition as it is now; an
         unload (or a reload at a newer epoch) cancels the task."""
         failpoint("txn.after_prepare")
+        if reason is not None:
+            if commit:
+                self.commits += 1
+            else:
+                self.aborts[reason] += 1
         txn_id = meta.transactional_id
         epoch = self.coordinator_epoch_for(self.partition_for(txn_id))
         if epoch is None:
@@ -628,6 +642,7 @@ class TransactionCoordinator:
                 backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
                 continue
             self._marker_failures.succeeded()
+            self.markers_written["commit" if commit else "abort"] += len(meta.partitions)
             break
         failpoint("txn.before_complete")
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
