@@ -16,7 +16,17 @@ import sys
 from collections.abc import Callable
 from typing import cast
 
-from onceflow.cli import bench, cluster, consume, dump_log, produce, serve, topics, transactions
+from onceflow.cli import (
+    bench,
+    cluster,
+    console,
+    consume,
+    dump_log,
+    produce,
+    serve,
+    topics,
+    transactions,
+)
 from onceflow.cli.common import KAFKA_LOG, CliError, UsageError
 
 __all__ = ["build_parser", "main"]
@@ -34,7 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="also show the Kafka client's own log"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, cluster, topics, produce, consume, dump_log, transactions, bench):
+    for module in (
+        serve,
+        cluster,
+        topics,
+        produce,
+        consume,
+        dump_log,
+        transactions,
+        bench,
+        console,
+    ):
         module.register(commands)
     return parser
 

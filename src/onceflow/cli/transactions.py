@@ -41,7 +41,19 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
-__all__ = ["OpenTransaction", "register"]
+__all__ = [
+    "OpenTransaction",
+    "describe_producers",
+    "describe_transaction",
+    "find_hanging",
+    "list_transactions",
+    "open_transaction_at",
+    "open_transactions",
+    "partitions_of",
+    "producers_of",
+    "register",
+    "write_abort_marker",
+]
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_TXN_TIMEOUT_MIN = 15  # transaction.max.timeout.ms's default, in minutes
@@ -188,7 +200,7 @@ def run_list(args: argparse.Namespace) -> int:
                     f"the broker at {node.address} cannot filter by duration "
                     "(ListTransactions v1, Kafka 3.8+)"
                 )
-            response = _list_transactions(
+            response = list_transactions(
                 connection,
                 states=args.state,
                 producer_ids=args.producer_id,
@@ -202,7 +214,7 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list_transactions(
+def list_transactions(
     connection: Connection,
     states: Sequence[str] = (),
     producer_ids: Sequence[int] = (),
@@ -230,7 +242,7 @@ def _list_transactions(
 # ---- describe --------------------------------------------------------------------------
 
 
-def _describe_transaction(connection: Connection, transactional_id: str) -> Any:
+def describe_transaction(connection: Connection, transactional_id: str) -> Any:
     response = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=(transactional_id,))
     found = [s for s in response.transaction_states if s.transactional_id == transactional_id]
     if not found:
@@ -244,14 +256,14 @@ def _describe_transaction(connection: Connection, transactional_id: str) -> Any:
     return state
 
 
-def _partitions_of(state: Any) -> list[tuple[str, int]]:
+def partitions_of(state: Any) -> list[tuple[str, int]]:
     return sorted((t.topic, p) for t in state.topics for p in t.partitions)
 
 
 def run_describe(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
         coordinator, connection = cluster.transaction_coordinator(args.transactional_id)
-        state = _describe_transaction(connection, args.transactional_id)
+        state = describe_transaction(connection, args.transactional_id)
     start = _ms(state.transaction_start_time)
     duration = _now_ms() - start if start >= 0 else -1
     _print_table(
@@ -276,7 +288,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 _ms(state.transaction_timeout),
                 _or_none(start),
                 _or_none(duration),
-                ",".join(f"{t}-{p}" for t, p in _partitions_of(state)),
+                ",".join(f"{t}-{p}" for t, p in partitions_of(state)),
             )
         ],
     )
@@ -286,7 +298,7 @@ def run_describe(args: argparse.Namespace) -> int:
 # ---- describe-producers ----------------------------------------------------------------
 
 
-def _describe_producers(
+def describe_producers(
     connection: Connection, partitions: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], Any]:
     """One DescribeProducers request for partitions of one broker: each partition's answer."""
@@ -311,8 +323,8 @@ def _describe_producers(
     return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
 
-def _producers_of(connection: Connection, topic: str, partition: int) -> list[Any]:
-    answer = _describe_producers(connection, [(topic, partition)]).get((topic, partition))
+def producers_of(connection: Connection, topic: str, partition: int) -> list[Any]:
+    answer = describe_producers(connection, [(topic, partition)]).get((topic, partition))
     if answer is None:
         raise CliError(f"{connection.address} did not describe {topic}-{partition}")
     if answer.error_code != ErrorCode.none:
@@ -336,7 +348,7 @@ def _connection_for(
 def run_describe_producers(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
         connection = _connection_for(cluster, args.topic, args.partition, args.broker_id)
-        producers = _producers_of(connection, args.topic, args.partition)
+        producers = producers_of(connection, args.topic, args.partition)
     _print_table(
         (
             "ProducerId",
@@ -403,7 +415,7 @@ def _partitions_to_check(
     return by_leader
 
 
-def _open_transactions(
+def open_transactions(
     cluster: Cluster, by_leader: dict[int, list[tuple[str, int]]]
 ) -> tuple[list[OpenTransaction], list[str]]:
     """Every open transaction on the partitions, and a line for each partition that could
@@ -414,7 +426,7 @@ def _open_transactions(
         if leader < 0:
             problems += [f"{t}-{p} has no leader" for t, p in partitions]
             continue
-        answers = _describe_producers(cluster.node(leader), partitions)
+        answers = describe_producers(cluster.node(leader), partitions)
         for topic, partition in partitions:
             answer = answers.get((topic, partition))
             if answer is None or answer.error_code != ErrorCode.none:
@@ -444,12 +456,12 @@ def _coordinator_claims(cluster: Cluster, producer_ids: set[int]) -> dict[int, l
     claims: dict[int, list[Any]] = defaultdict(list)
     for node in cluster.brokers():
         connection = cluster.node(node.node_id)
-        listing = _list_transactions(connection, producer_ids=sorted(producer_ids))
+        listing = list_transactions(connection, producer_ids=sorted(producer_ids))
         for txn in listing.transaction_states:
             if txn.producer_id not in producer_ids:
                 continue
             try:
-                state = _describe_transaction(connection, txn.transactional_id)
+                state = describe_transaction(connection, txn.transactional_id)
             except KafkaApiError as exc:
                 if exc.code == ErrorCode.transactional_id_not_found:
                     continue  # expired between the two requests
@@ -465,7 +477,7 @@ def _is_hanging(txn: OpenTransaction, claims: list[Any]) -> bool:
         if (
             state.producer_id == txn.producer_id
             and state.transaction_state in _IN_FLIGHT
-            and (txn.topic, txn.partition) in _partitions_of(state)
+            and (txn.topic, txn.partition) in partitions_of(state)
         ):
             return False
     return True
@@ -485,7 +497,7 @@ def find_hanging(
     timeout has a transaction that began longer ago than that too. Only then is the
     coordinator asked, so a short-lived, healthy transaction is never even considered.
     """
-    opened, problems = _open_transactions(cluster, by_leader)
+    opened, problems = open_transactions(cluster, by_leader)
     candidates = [t for t in opened if now_ms - t.last_timestamp > max_timeout_ms]
     if not candidates:
         return [], problems
@@ -564,20 +576,26 @@ def _abort_target(args: argparse.Namespace, connection: Connection) -> OpenTrans
             -1,
             -1,
         )
-    for p in _producers_of(connection, args.topic, args.partition):
-        if p.current_txn_start_offset == args.start_offset:
+    return open_transaction_at(connection, args.topic, args.partition, args.start_offset)
+
+
+def open_transaction_at(
+    connection: Connection, topic: str, partition: int, start_offset: int
+) -> OpenTransaction:
+    """The open transaction that starts at `start_offset` of a partition, as its leader
+    (`connection`) describes its producer."""
+    for p in producers_of(connection, topic, partition):
+        if p.current_txn_start_offset == start_offset:
             return OpenTransaction(
-                args.topic,
-                args.partition,
+                topic,
+                partition,
                 p.producer_id,
                 p.producer_epoch,
                 p.coordinator_epoch,
                 p.current_txn_start_offset,
                 p.last_timestamp,
             )
-    raise CliError(
-        f"no open transaction starts at offset {args.start_offset} of {args.topic}-{args.partition}"
-    )
+    raise CliError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
 
 
 def write_abort_marker(connection: Connection, txn: OpenTransaction) -> None:
