@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper venv
+.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -38,6 +38,20 @@ check-zookeeper:
 	@test -f $(ZOOKEEPER_JAR) || { \
 	  echo "error: $(ZOOKEEPER_USER) ZooKeeper ($(ZOOKEEPER_JAR)): install Debian's 'zookeeper' package (sudo apt-get install zookeeper) or set ZOOKEEPER_JAR." >&2; exit 1; }
 
+# The console's browser tests drive Debian's headless Chromium through its chromedriver:
+# installed where we may (as root, with apt-get), otherwise a clear message says what to install.
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+check-chromium:
+	@test -x $(CHROMIUM) -a -x $(CHROMEDRIVER) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Chromium (Debian packages chromium and chromium-driver)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	  fi; }
+	@test -x $(CHROMIUM) -a -x $(CHROMEDRIVER) || { \
+	  echo "error: the console's browser tests need Chromium ($(CHROMIUM)) and chromedriver ($(CHROMEDRIVER)): install Debian's 'chromium' and 'chromium-driver' packages (sudo apt-get install chromium chromium-driver)." >&2; exit 1; }
+
 # `make run ARGS="--brokers N"` (N > 1) runs the demo on a cluster, which needs ZooKeeper;
 # on its one embedded broker (no --brokers, or --brokers 1) it does not.
 DEMO_BROKERS := $(patsubst --brokers=%,%,$(filter --brokers=%,$(subst --brokers ,--brokers=,$(ARGS))))
@@ -55,8 +69,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint check-java check-zookeeper
-	@$(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+test: lint check-java check-zookeeper check-chromium
+	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) $(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 
 unit: $(STAMP)

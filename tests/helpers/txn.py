@@ -15,11 +15,12 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -53,6 +54,7 @@ __all__ = [
     "make_txn_producer",
     "markers_after",
     "partition_batches",
+    "producers",
     "read_records",
     "truncate_batch",
     "txn_log_records",
@@ -678,3 +680,13 @@ def truncate_batch(batch: DiskBatch) -> None:
                 if TXN_INDEX_ENTRY.unpack_from(raw, i)[3] < batch.header.base_offset
             ]
             index.write_bytes(b"".join(keep))
+
+
+@pytest.fixture
+def producers() -> Iterator[list[TxnProducer]]:
+    """Producers a test made; closed at teardown whatever happened to them (import the
+    fixture into a test module to use it)."""
+    made: list[TxnProducer] = []
+    yield made
+    for p in made:
+        p.close()

@@ -24,7 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.broker import BrokerProcess, BrokerStartError, free_port
 from tests.helpers.clients import consumer, create_topic, produce_and_confirm, producer
-from tests.helpers.txn import TXN_BROKER_OVERRIDES, TxnProducer, make_txn_producer, wait_for
+from tests.helpers.txn import (
+    TXN_BROKER_OVERRIDES,
+    TxnProducer,
+    make_txn_producer,
+    wait_for,
+)
+from tests.helpers.txn import producers as producers  # the fixture
 
 KEY = "onceflow.metrics.listener"
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,14 +131,6 @@ def mb(_metrics_broker: MetricsBroker) -> Iterator[MetricsBroker]:
     yield _metrics_broker
     errors = _metrics_broker.process.internal_errors(mark)
     assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
-
-
-@pytest.fixture
-def producers() -> Iterator[list[TxnProducer]]:
-    made: list[TxnProducer] = []
-    yield made
-    for p in made:
-        p.close()
 
 
 def _txn_producer(

@@ -34,6 +34,7 @@ from tests.helpers.txn import (
     read_records,
     wait_stable,
 )
+from tests.helpers.txn import producers as producers  # the fixture
 from tests.helpers.wire import encode_entity, request_frame
 
 # How long a reader keeps polling after reaching its end offset, to show nothing more comes.
@@ -62,15 +63,6 @@ def broker(_txn_broker_process: BrokerProcess) -> Iterator[BrokerProcess]:
     yield b
     errors = b.internal_errors(mark)
     assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
-
-
-@pytest.fixture
-def producers() -> Iterator[list[TxnProducer]]:
-    """Producers a test made; closed at teardown whatever happened to them."""
-    made: list[TxnProducer] = []
-    yield made
-    for p in made:
-        p.close()
 
 
 def _txn_id(tag: str) -> str:
