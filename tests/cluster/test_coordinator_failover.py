@@ -170,9 +170,12 @@ def wait_no_open_transaction(bootstrap: str, topic: str) -> None:
     """Until every partition's LSO is its high watermark: nothing hangs anywhere."""
 
     def stable() -> bool:
-        return all(
-            lso(bootstrap, topic, p) == lso_high(bootstrap, topic, p) for p in range(PARTITIONS)
-        )
+        try:
+            return all(
+                lso(bootstrap, topic, p) == lso_high(bootstrap, topic, p) for p in range(PARTITIONS)
+            )
+        except (KafkaException, TimeoutError):  # a leader that died is still named: ask again
+            return False
 
     wait_until("the LSO to reach the high watermark on every partition", stable)
 
