@@ -199,6 +199,9 @@ class Partition:
         """Done once the high watermark is past last_offset; fails with Kafka's error if
         this replica stops leading first."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its request may have timed out and gone before a demotion fails it: the error
+        # is then nobody's to see, and must not be logged as a lost exception.
+        fut.add_done_callback(_retrieve)
         if self.log.high_watermark > last_offset:
             fut.set_result(None)
         else:
@@ -227,3 +230,8 @@ class Partition:
 
     def close(self) -> None:
         self._fail_waiters(ErrorCode.not_leader_or_follower)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
