@@ -47,6 +47,8 @@ __all__ = [
     "describe_transaction",
     "find_hanging",
     "list_transactions",
+    "millis",
+    "now_ms",
     "open_transaction_at",
     "open_transactions",
     "partitions_of",
@@ -171,7 +173,7 @@ def _or_none(value: int) -> object:
     return NO_VALUE if value < 0 else value
 
 
-def _ms(value: Any) -> int:
+def millis(value: Any) -> int:
     """kio hands int64 millisecond timestamps over as datetimes, durations as timedeltas."""
     if isinstance(value, datetime.datetime):
         return round(value.timestamp() * 1000)
@@ -180,7 +182,7 @@ def _ms(value: Any) -> int:
     return int(value)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
@@ -264,8 +266,8 @@ def run_describe(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
         coordinator, connection = cluster.transaction_coordinator(args.transactional_id)
         state = describe_transaction(connection, args.transactional_id)
-    start = _ms(state.transaction_start_time)
-    duration = _now_ms() - start if start >= 0 else -1
+    start = millis(state.transaction_start_time)
+    duration = now_ms() - start if start >= 0 else -1
     _print_table(
         (
             "CoordinatorId",
@@ -285,7 +287,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 state.producer_id,
                 state.producer_epoch,
                 state.transaction_state,
-                _ms(state.transaction_timeout),
+                millis(state.transaction_timeout),
                 _or_none(start),
                 _or_none(duration),
                 ",".join(f"{t}-{p}" for t, p in partitions_of(state)),
@@ -513,7 +515,7 @@ def run_find_hanging(args: argparse.Namespace) -> int:
         raise UsageError("give --broker-id or --topic, not both")
     with _cluster(args) as cluster:
         by_leader = _partitions_to_check(cluster, args)
-        now = _now_ms()
+        now = now_ms()
         hanging, problems = find_hanging(
             cluster, by_leader, args.max_transaction_timeout * 60_000, now
         )

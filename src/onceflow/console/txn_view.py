@@ -4,8 +4,6 @@ exactly as `onceflow transactions find-hanging` and `abort` do."""
 
 from __future__ import annotations
 
-import datetime
-import time
 from collections import defaultdict
 from typing import Any
 
@@ -14,6 +12,8 @@ from onceflow.cli.transactions import (
     OpenTransaction,
     find_hanging,
     list_transactions,
+    millis,
+    now_ms,
     open_transaction_at,
     partitions_of,
     producers_of,
@@ -30,21 +30,9 @@ NEAR_TIMEOUT_FRACTION = 0.8
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
-def _ms(value: Any) -> int:
-    if isinstance(value, datetime.datetime):
-        return round(value.timestamp() * 1000)
-    if isinstance(value, datetime.timedelta):
-        return round(value.total_seconds() * 1000)
-    return int(value)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _transaction(state: Any, coordinator: int, now: int) -> dict[str, Any]:
-    start = _ms(state.transaction_start_time)
-    timeout = _ms(state.transaction_timeout)
+    start = millis(state.transaction_start_time)
+    timeout = millis(state.transaction_timeout)
     is_open = state.transaction_state in OPEN_STATES
     age = now - start if is_open and start >= 0 else None
     return {
@@ -64,7 +52,7 @@ def _transaction(state: Any, coordinator: int, now: int) -> dict[str, Any]:
 def transactions(clients: KafkaClients) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with clients.wire() as cluster:
-        now = _now_ms()
+        now = now_ms()
         for node in cluster.brokers():
             connection = cluster.node(node.node_id)
             listed = list_transactions(connection).transaction_states
@@ -120,7 +108,7 @@ def _by_leader(cluster: Cluster, topic: str | None = None) -> dict[int, list[tup
 
 def _find(clients: KafkaClients, cluster: Cluster, topic: str | None = None) -> Any:
     by_leader = _by_leader(cluster, topic)
-    return find_hanging(cluster, by_leader, clients.settings.max_transaction_timeout_ms, _now_ms())
+    return find_hanging(cluster, by_leader, clients.settings.max_transaction_timeout_ms, now_ms())
 
 
 def _row(t: OpenTransaction, now: int) -> dict[str, Any]:
@@ -139,7 +127,7 @@ def _row(t: OpenTransaction, now: int) -> dict[str, Any]:
 def hanging(clients: KafkaClients) -> dict[str, Any]:
     with clients.wire() as cluster:
         found, problems = _find(clients, cluster)
-    now = _now_ms()
+    now = now_ms()
     return {
         "hanging": [_row(t, now) for t in found],
         "problems": problems,
