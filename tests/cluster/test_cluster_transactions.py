@@ -37,7 +37,6 @@ def end(bootstrap: str, topic: str, partition: int, committed: bool) -> int:
     futures = admin.list_offsets(
         {TopicPartition(topic, partition): OffsetSpec.latest()},  # type: ignore[no-untyped-call]
         isolation_level=level,
-        request_timeout=10,  # a dead leader still named in metadata: fail, and ask again
     )
     (future,) = futures.values()
     return int(future.result(timeout=T).offset)

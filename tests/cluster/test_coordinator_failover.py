@@ -32,11 +32,16 @@ from onceflow.cli.kafka_wire import Cluster as WireCluster
 from onceflow.errors import ErrorCode
 from onceflow.failpoints import FAILPOINTS_ENV
 from onceflow.protocol.api_versions import ApiKey
-from tests.cluster.test_cluster_transactions import lso, lso_high
 from tests.cluster.test_replication import read_all, wait_isr, wait_replicas_agree
 from tests.helpers.clients import admin_client, create_topic
 from tests.helpers.cluster import Cluster, ClusterBroker, cluster_factory
-from tests.helpers.txn import TXN_BROKER_OVERRIDES, confluent_txn_producer, fencing_error
+from tests.helpers.txn import (
+    TXN_BROKER_OVERRIDES,
+    confluent_txn_producer,
+    end_offsets,
+    fencing_error,
+    wait_stable,
+)
 from tests.helpers.wire import RawConnection
 
 __all__ = ["cluster_factory"]
@@ -166,20 +171,6 @@ def txn_state(bootstrap: str, txn_id: str) -> str:
     return str(state.transaction_state)
 
 
-def wait_no_open_transaction(bootstrap: str, topic: str) -> None:
-    """Until every partition's LSO is its high watermark: nothing hangs anywhere."""
-
-    def stable() -> bool:
-        try:
-            return all(
-                lso(bootstrap, topic, p) == lso_high(bootstrap, topic, p) for p in range(PARTITIONS)
-            )
-        except (KafkaException, TimeoutError):  # a leader that died is still named: ask again
-            return False
-
-    wait_until("the LSO to reach the high watermark on every partition", stable)
-
-
 def committed_values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     return [m.value() for m in read_all(bootstrap, topic, PARTITIONS, expected)]
 
@@ -233,7 +224,7 @@ def test_a_coordinator_killed_mid_end_leaves_its_transaction_whole(
     survivors = live(cluster)
     wait_coordinator_moved(survivors, txn_id)
 
-    wait_no_open_transaction(survivors, topic)
+    wait_stable(survivors, topic, range(PARTITIONS), timeout=T)
     wanted = first if commit else set()
     check_exactly(committed_values(survivors, topic, len(wanted)), wanted)
     assert txn_state(survivors, txn_id) == ("CompleteCommit" if commit else "CompleteAbort")
@@ -285,12 +276,13 @@ def test_a_frozen_coordinator_that_wakes_up_changes_nothing(
         lambda: "no longer coordinating" in zombie.log[mark:],
     )
     time.sleep(2.0)  # room for anything it would still send
-    for partition in range(PARTITIONS):  # the second transaction is still open
-        assert lso(others, topic, partition) < lso_high(others, topic, partition)
+    lsos = end_offsets(others, topic, range(PARTITIONS), committed=True)
+    highs = end_offsets(others, topic, range(PARTITIONS), committed=False)
+    assert all(lsos[p] < highs[p] for p in lsos), "the second transaction is still open"
     check_exactly(committed_values(others, topic, len(first)), first)
 
     end_transaction(p, commit=False)
-    wait_no_open_transaction(others, topic)
+    wait_stable(others, topic, range(PARTITIONS), timeout=T)
     check_exactly(committed_values(others, topic, len(first)), first)
     assert txn_state(others, txn_id) == "CompleteAbort"
     cluster.wait_formed()
@@ -333,7 +325,7 @@ def test_a_producer_left_behind_by_a_coordinator_move_is_fenced(
         a.commit_transaction(T)
     assert fencing_error(fenced.value) is not None, fenced.value
 
-    wait_no_open_transaction(survivors, topic)
+    wait_stable(survivors, topic, range(PARTITIONS), timeout=T)
     check_exactly(committed_values(survivors, topic, len(mine)), mine)
 
 
@@ -356,7 +348,7 @@ def test_the_new_coordinator_aborts_a_transaction_that_times_out(
     cluster.broker(ARMED).kill()
     survivors = live(cluster)
 
-    wait_no_open_transaction(survivors, topic)
+    wait_stable(survivors, topic, range(PARTITIONS), timeout=T)
     assert txn_state(survivors, txn_id) == "CompleteAbort"
     assert committed_values(survivors, topic, 0) == []
     p.purge()  # the client goes away without ending anything

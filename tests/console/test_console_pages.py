@@ -18,17 +18,11 @@ from selenium.webdriver.support.ui import Select
 
 from onceflow.cli.main import main
 from tests.console.console_process import ConsoleProcess
-from tests.console.kafka_setup import (
-    HANGING_PRODUCER_ID,
-    MINUTE_MS,
-    OP_TIMEOUT_S,
-    end_offset,
-    produce_hanging_transaction,
-    produce_plain,
-)
+from tests.console.kafka_setup import MINUTE_MS, OP_TIMEOUT_S, produce_plain
 from tests.console.pages import text_is, texts, wait_until
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import QUIET_LOGGER, consumer, create_topic, topic_name
+from tests.helpers.txn import HANGING_PRODUCER_ID, end_offset, produce_hanging_transaction
 
 Shot = Callable[[Any, str], Path]
 

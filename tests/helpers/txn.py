@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -34,26 +35,32 @@ from confluent_kafka.admin import OffsetSpec
 
 from onceflow.coordinator.transaction.log import decode_key, decode_value
 from onceflow.coordinator.transaction.metadata import TxnTransit
+from onceflow.errors import ErrorCode
 from onceflow.records.batch import BatchHeader, scan_batches
+from onceflow.records.builder import build_batch
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import decode_records
 from onceflow.storage.indexes.txn import ENTRY as TXN_INDEX_ENTRY
 from tests.helpers.clients import QUIET_LOGGER, admin_client
+from tests.helpers.wire import RawConnection, produce_request
 
 __all__ = [
     "CLIENTS",
+    "HANGING_PRODUCER_ID",
     "TXN_BROKER_OVERRIDES",
     "DiskBatch",
     "Rec",
     "TxnProducer",
     "call_with_deadline",
     "confluent_txn_producer",
+    "end_offset",
     "end_offsets",
     "fencing_error",
     "last_txn_state",
     "make_txn_producer",
     "markers_after",
     "partition_batches",
+    "produce_hanging_transaction",
     "producers",
     "read_records",
     "truncate_batch",
@@ -369,6 +376,11 @@ def make_txn_producer(
 # ---- offsets ---------------------------------------------------------------------------
 
 
+def end_offset(bootstrap: str, topic: str, partition: int, committed: bool) -> int:
+    """One partition's end_offsets: the LSO with `committed`, else the high watermark."""
+    return end_offsets(bootstrap, topic, [partition], committed)[partition]
+
+
 def end_offsets(
     bootstrap: str,
     topic: str,
@@ -399,7 +411,7 @@ def wait_stable(
         try:
             lso = end_offsets(bootstrap, topic, parts, committed=True, timeout=10)
             hw = end_offsets(bootstrap, topic, parts, committed=False, timeout=10)
-        except KafkaException as exc:  # e.g. the broker is still starting
+        except (KafkaException, TimeoutError) as exc:  # starting, or a dead leader still named
             last[0] = exc
             return None
         last[0] = (lso, hw)
@@ -690,3 +702,30 @@ def producers() -> Iterator[list[TxnProducer]]:
     yield made
     for p in made:
         p.close()
+
+
+# ---- hanging transactions ----------------------------------------------------------------
+
+HANGING_PRODUCER_ID = 4_000_000_000  # far above any id a broker hands out
+
+
+def produce_hanging_transaction(bootstrap: str, topic: str, age_ms: int) -> None:
+    """A transactional batch of two records at offset 0 of partition 0 whose transaction
+    no coordinator will ever end, made as hanging transactions were before KIP-890: a raw
+    produce, accepted because the broker's partition verification is off."""
+    batch = build_batch(
+        [(b"h", b"hanging-1", ()), (b"h", b"hanging-2", ())],
+        timestamp_ms=int(time.time() * 1000) - age_ms,
+        producer_id=HANGING_PRODUCER_ID,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    request = dataclasses.replace(
+        produce_request(topic, {0: batch}), transactional_id="ghost-of-a-producer"
+    )
+    with RawConnection(bootstrap) as conn:
+        response = conn.call(request)
+    (partition,) = response.responses[0].partition_responses
+    assert partition.error_code == ErrorCode.none, partition
+    assert partition.base_offset == 0

@@ -11,67 +11,27 @@ read_committed consumer stops there, even for later non-transactional records.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import Producer, TopicPartition
 
 from onceflow.cli.main import main
-from onceflow.errors import ErrorCode
-from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import (
     QUIET_LOGGER,
-    admin_client,
     consume_until,
     consumer,
     create_topic,
     drain,
     topic_name,
 )
-from tests.helpers.wire import RawConnection, produce_request
+from tests.helpers.txn import HANGING_PRODUCER_ID, end_offset, produce_hanging_transaction
 
-HANGING_PRODUCER_ID = 4_000_000_000  # far above any id the broker hands out
 MINUTE_MS = 60_000
 OP_TIMEOUT_S = 30.0
-
-
-def end_offset(bootstrap: str, topic: str, committed: bool) -> int:
-    """ListOffsets latest: the LSO with `committed`, else the high watermark."""
-    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    admin = admin_client(bootstrap)  # must outlive the future, or it never completes
-    futures = admin.list_offsets(
-        {TopicPartition(topic, 0): OffsetSpec.latest()},
-        isolation_level=level,
-        request_timeout=OP_TIMEOUT_S,
-    )
-    (future,) = futures.values()
-    return int(future.result(timeout=OP_TIMEOUT_S).offset)
-
-
-def produce_hanging_transaction(bootstrap: str, topic: str, age_ms: int) -> None:
-    """A transactional batch of two records whose transaction no coordinator will end."""
-    batch = build_batch(
-        [(b"h", b"hanging-1", ()), (b"h", b"hanging-2", ())],
-        timestamp_ms=int(time.time() * 1000) - age_ms,
-        producer_id=HANGING_PRODUCER_ID,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=True,
-    )
-    request = dataclasses.replace(
-        produce_request(topic, {0: batch}), transactional_id="ghost-of-a-producer"
-    )
-    with RawConnection(bootstrap) as conn:
-        response = conn.call(request)
-    (partition,) = response.responses[0].partition_responses
-    assert partition.error_code == ErrorCode.none, partition
-    assert partition.base_offset == 0
 
 
 def produce_plain(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -104,8 +64,8 @@ def test_find_and_abort_a_hanging_transaction(
     produce_plain(bootstrap, topic, later)
 
     # Stuck: the LSO stays at the hanging transaction's first offset, below later records.
-    assert end_offset(bootstrap, topic, committed=False) == 5
-    assert end_offset(bootstrap, topic, committed=True) == 0
+    assert end_offset(bootstrap, topic, 0, committed=False) == 5
+    assert end_offset(bootstrap, topic, 0, committed=True) == 0
     reader = consumer(bootstrap, **{"isolation.level": "read_committed"})
     reader.assign([TopicPartition(topic, 0, 0)])
     try:
@@ -140,8 +100,8 @@ def test_find_and_abort_a_hanging_transaction(
 
     # The ABORT marker is offset 5: the LSO reaches the end, and read_committed readers see
     # the later records but never the aborted ones.
-    assert end_offset(bootstrap, topic, committed=True) == 6
-    assert end_offset(bootstrap, topic, committed=False) == 6
+    assert end_offset(bootstrap, topic, 0, committed=True) == 6
+    assert end_offset(bootstrap, topic, 0, committed=False) == 6
     reader = consumer(bootstrap, **{"isolation.level": "read_committed"})
     reader.assign([TopicPartition(topic, 0, 0)])
     try:
