@@ -4,6 +4,7 @@ durable offsets, ISR shrink and expand proposals, acks=all waiters, and role cha
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -133,6 +134,23 @@ def test_acks_all_waiters_complete_with_the_high_watermark_or_fail_on_demotion()
         assert caught.value.code is ErrorCode.not_leader_or_follower
 
     asyncio.run(scenario())
+
+
+def test_a_waiter_whose_request_is_gone_fails_without_a_lost_exception_log() -> None:
+    # The produce request timed out and dropped its waiter; a demotion then fails it.
+    # Nobody awaits it, and asyncio must not log "Future exception was never retrieved".
+    async def scenario() -> list[dict[str, object]]:
+        reported: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        partition, _ = make()
+        lead(partition, isr=(1, 2))
+        partition.wait_replicated(append(partition.log))  # dropped at once
+        partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2, 3), 2))
+        await asyncio.sleep(0)
+        gc.collect()
+        return reported
+
+    assert asyncio.run(scenario()) == []
 
 
 def test_min_insync_replicas_is_checked_against_the_isr() -> None:
