@@ -369,6 +369,12 @@ _OPTIONAL_ADDRESS: _Kind[Listener | None] = _Kind(
 _CLEANUP_POLICY: _Kind[tuple[str, ...]] = _Kind(
     ConfigType.LIST, _parse_cleanup_policy, _render_list
 )
+#: A secret: parsed as a string, never rendered (DescribeConfigs marks it sensitive).
+_PASSWORD: _Kind[str] = _Kind(ConfigType.PASSWORD, _parse_string, lambda _: "[hidden]")
+_UPPER_LIST: _Kind[tuple[str, ...]] = _Kind(
+    ConfigType.LIST, lambda text: tuple(item.upper() for item in _parse_list(text)), _render_list
+)
+_OPTIONAL_NAME: _Kind[str] = _Kind(ConfigType.STRING, lambda text: text.strip().upper(), str)
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,6 +407,27 @@ _POSITIVE = _at_least(1)
 _UNLIMITED_OR_NON_NEGATIVE = _Check("-1 (unlimited) or a value of at least 0", lambda v: v >= -1)
 _NON_EMPTY = _Check("at least one entry", lambda v: len(v) > 0)
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_PEM_ONLY = _Check("PEM (convert JKS or PKCS12 stores to PEM files)", lambda v: v.upper() == "PEM")
+_TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: authorizer.class.name values that mean the built-in authorizer: Kafka's own classes, so
+#: an existing server.properties works unchanged.
+AUTHORIZER_CLASS_NAMES = (
+    "",
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "onceflow.security.authorizer.Authorizer",
+)
+_PRINCIPAL_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*:.+")
+_SUPER_USERS = _Check(
+    "principals such as User:admin, semicolon-separated",
+    lambda v: all(_PRINCIPAL_RE.fullmatch(p.strip()) for p in v.split(";") if p.strip()),
+)
+_AUTHORIZERS = _Check(
+    "the built-in authorizer (empty, or one of " + ", ".join(AUTHORIZER_CLASS_NAMES[1:]) + ")",
+    lambda v: v in AUTHORIZER_CLASS_NAMES,
+)
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -456,8 +483,7 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "Addresses given to clients in Metadata, matched to listeners by name. Unset: the listeners "
        "themselves, with this machine's host name in place of a wildcard host."),
     _K("listener.security.protocol.map", "listener_security_protocol_map", _PROTOCOL_MAP, None,
-       "Listener name to security protocol. Onceflow speaks PLAINTEXT only, so every listener in "
-       "use must map to PLAINTEXT."),
+       "Listener name to security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
     _K("controller.listener.names", "controller_listener_names", _LIST, None,
        "KRaft controller listeners. Onceflow runs no controller quorum; listeners with these names "
        "are skipped so a KRaft server.properties loads unchanged."),
@@ -467,6 +493,70 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "Requests queued per broker before the server stops reading from sockets."),
     _K("connections.max.idle.ms", "connections_max_idle_ms", _LONG, _POSITIVE,
        "Idle connections are closed after this long."),
+    # --- security: TLS, SASL, ACLs (each ssl.* and sasl.* key may be set per listener as
+    # listener.name.<listener>.<key>; JAAS configs only per listener and mechanism) ---
+    _K("inter.broker.listener.name", "inter_broker_listener_name", _OPTIONAL_NAME, None,
+       "The listener brokers of a cluster use to reach each other (and authenticate on). "
+       "Unset: the one whose security protocol is security.inter.broker.protocol."),
+    _K("security.inter.broker.protocol", "security_inter_broker_protocol", _STRING,
+       _one_of(*_SECURITY_PROTOCOLS),
+       "Security protocol of the inter-broker listener when inter.broker.listener.name is "
+       "unset."),
+    _K("ssl.keystore.type", "ssl_keystore_type", _STRING, _PEM_ONLY,
+       "Format of the broker's key and certificate: PEM."),
+    _K("ssl.keystore.location", "ssl_keystore_location", _STRING, None,
+       "PEM file with the broker's private key and certificate chain."),
+    _K("ssl.keystore.certificate.chain", "ssl_keystore_certificate_chain", _PASSWORD, None,
+       "The broker's certificate chain as PEM text (instead of ssl.keystore.location)."),
+    _K("ssl.keystore.key", "ssl_keystore_key", _PASSWORD, None,
+       "The broker's private key as PEM text (instead of ssl.keystore.location)."),
+    _K("ssl.key.password", "ssl_key_password", _PASSWORD, None,
+       "Password of an encrypted private key."),
+    _K("ssl.keystore.password", "ssl_keystore_password", _PASSWORD, None,
+       "Accepted for compatibility; a PEM keystore's key is decrypted with ssl.key.password."),
+    _K("ssl.truststore.type", "ssl_truststore_type", _STRING, _PEM_ONLY,
+       "Format of the trusted certificates: PEM."),
+    _K("ssl.truststore.location", "ssl_truststore_location", _STRING, None,
+       "PEM file of the CA certificates client certificates (and, between brokers, broker "
+       "certificates) must be signed by."),
+    _K("ssl.truststore.certificates", "ssl_truststore_certificates", _PASSWORD, None,
+       "Trusted CA certificates as PEM text (instead of ssl.truststore.location)."),
+    _K("ssl.truststore.password", "ssl_truststore_password", _PASSWORD, None,
+       "Accepted for compatibility; PEM truststores have no password."),
+    _K("ssl.client.auth", "ssl_client_auth", _STRING, _one_of("none", "requested", "required"),
+       "Client certificates on SSL listeners: required, requested (used when sent) or none. "
+       "The principal of a certificate is User:<its subject>, after ssl.principal.mapping.rules."),
+    _K("ssl.enabled.protocols", "ssl_enabled_protocols", _LIST,
+       _Check("TLSv1.2 and/or TLSv1.3", lambda v: bool(v) and set(v) <= set(_TLS_PROTOCOLS)),
+       "TLS versions accepted; nothing older than TLS 1.2."),
+    _K("ssl.protocol", "ssl_protocol", _STRING, _one_of("TLSv1.2", "TLSv1.3", "TLS"),
+       "Accepted for compatibility; the versions are ssl.enabled.protocols."),
+    _K("ssl.cipher.suites", "ssl_cipher_suites", _LIST, None,
+       "OpenSSL cipher names for TLS 1.2 (empty: OpenSSL's secure defaults)."),
+    _K("ssl.endpoint.identification.algorithm",
+       "ssl_endpoint_identification_algorithm", _STRING, _one_of("https", ""),
+       "https: a broker connecting to another checks the host name in its certificate."),
+    _K("ssl.principal.mapping.rules", "ssl_principal_mapping_rules", _STRING, None,
+       "Rules mapping a certificate's subject to a user name (Kafka's RULE:pattern/replace/[LU] "
+       "syntax, comma-separated, DEFAULT keeps the whole subject)."),
+    _K("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", _UPPER_LIST, None,
+       "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and "
+       "OAUTHBEARER are not supported)."),
+    _K("sasl.mechanism.inter.broker.protocol",
+       "sasl_mechanism_inter_broker_protocol", _OPTIONAL_NAME, None,
+       "Mechanism brokers use to authenticate to each other on a SASL inter-broker listener; "
+       "the credentials are the username and password of that listener's JAAS config."),
+    _K("connections.max.reauth.ms", "connections_max_reauth_ms", _LONG, _NON_NEGATIVE,
+       "Lifetime of a SASL session (KIP-368): a client must re-authenticate before it ends or "
+       "its connection is closed. 0: sessions never expire."),
+    _K("authorizer.class.name", "authorizer_class_name", _STRING, _AUTHORIZERS,
+       "Switches ACLs on. Kafka's AclAuthorizer and StandardAuthorizer class names (and "
+       "onceflow.security.authorizer.Authorizer) all mean the built-in authorizer. Empty: every "
+       "request is allowed."),
+    _K("super.users", "super_users", _STRING, _SUPER_USERS,
+       "Principals allowed everything, semicolon-separated (User:admin;User:broker)."),
+    _K("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", _BOOL, None,
+       "Allow any principal on a resource that has no ACL at all."),
     # --- topics and logs ---
     _K("log.dirs", "log_dirs", _LIST, _NON_EMPTY,
        "Data directories, comma-separated; each partition lives in one of them."),
@@ -676,7 +766,6 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
     "process.roles": "Onceflow runs no KRaft controller",
     "controller.quorum.voters": "Onceflow runs no KRaft controller",
     "controller.quorum.bootstrap.servers": "Onceflow runs no KRaft controller",
-    "inter.broker.listener.name": "brokers reach each other through their first listener",
     "inter.broker.protocol.version": "every broker speaks the same versions",
     "num.network.threads": "the server is one asyncio loop",
     "num.io.threads": "the server is one asyncio loop",
@@ -738,6 +827,34 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104_857_600
     queued_max_requests: int = 500
     connections_max_idle_ms: int = 600_000
+    # security
+    inter_broker_listener_name: str = ""
+    security_inter_broker_protocol: str = "PLAINTEXT"
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_location: str = ""
+    ssl_keystore_certificate_chain: str = ""
+    ssl_keystore_key: str = ""
+    ssl_key_password: str = ""
+    ssl_keystore_password: str = ""
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: str = ""
+    ssl_truststore_certificates: str = ""
+    ssl_truststore_password: str = ""
+    ssl_client_auth: str = "none"
+    ssl_enabled_protocols: tuple[str, ...] = _TLS_PROTOCOLS
+    ssl_protocol: str = "TLSv1.3"
+    ssl_cipher_suites: tuple[str, ...] = ()
+    ssl_endpoint_identification_algorithm: str = "https"
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    sasl_enabled_mechanisms: tuple[str, ...] = ("GSSAPI",)
+    sasl_mechanism_inter_broker_protocol: str = "GSSAPI"
+    connections_max_reauth_ms: int = 0
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    #: listener.name.<listener>.<key> settings: (listener, key, parsed value); JAAS configs
+    #: are kept raw, keyed <mechanism>.sasl.jaas.config.
+    listener_settings: tuple[tuple[str, str, Any], ...] = field(default=(), repr=False)
     # topics and logs
     log_dirs: tuple[str, ...] = ("./data",)
     num_partitions: int = 1
@@ -849,6 +966,39 @@ class BrokerConfig:
                 return listener
         return advertised[0]
 
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+        return dict(self.listener_security_protocol_map)[listener_name.upper()]
+
+    def listener_value(self, listener_name: str, key: str) -> Any:
+        """A security key's value for one listener: listener.name.<listener>.<key> if set,
+        else the broker-wide key."""
+        name = listener_name.upper()
+        for listener, set_key, value in self.listener_settings:
+            if listener == name and set_key == key:
+                return value
+        return getattr(self, _BROKER_BY_NAME[key].attr)
+
+    def jaas_config(self, listener_name: str, mechanism: str) -> str | None:
+        """listener.name.<listener>.<mechanism>.sasl.jaas.config, raw, if set."""
+        wanted = f"{mechanism.lower()}.sasl.jaas.config"
+        for listener, key, value in self.listener_settings:
+            if listener == listener_name.upper() and key == wanted:
+                return str(value)
+        return None
+
+    def inter_broker_listener(self) -> Listener:
+        """The listener brokers connect to each other on (inter.broker.listener.name, else
+        the first with security.inter.broker.protocol, else the first listener)."""
+        protocols = dict(self.listener_security_protocol_map)
+        for listener in self.listeners:
+            if self.inter_broker_listener_name:
+                if listener.name == self.inter_broker_listener_name:
+                    return listener
+            elif protocols.get(listener.name) == self.security_inter_broker_protocol:
+                return listener
+        return self.listeners[0]
+
     def topic_defaults(self) -> TopicConfig:
         """The config of a topic with no overrides: the broker's log.* values."""
         return TopicConfig(**{spec.attr: getattr(self, spec.broker_attr) for spec in _TOPIC_KEYS})
@@ -863,13 +1013,10 @@ def _check_listeners(cfg: BrokerConfig) -> None:
     seen_names: set[str] = set()
     seen_sockets: set[tuple[str, int]] = set()
     for listener in cfg.listeners:
-        protocol = protocols.get(listener.name)
-        if protocol != "PLAINTEXT":
+        if listener.name not in protocols:
             reason = (
                 f"no security protocol for listener name {listener.name} in "
                 "listener.security.protocol.map"
-                if protocol is None
-                else f"listener {listener.name} uses {protocol}; only PLAINTEXT is supported"
             )
             raise _invalid("listeners", _render_listeners(cfg.listeners), reason)
         if listener.name in seen_names:
@@ -892,6 +1039,58 @@ def _check_listeners(cfg: BrokerConfig) -> None:
             )
         if ad.port == 0:
             raise _invalid("advertised.listeners", shown, "a port from 1 to 65535")
+
+
+def _check_security(cfg: BrokerConfig) -> None:
+    """What each listener's security protocol needs, checked before anything binds."""
+    names = {listener.name for listener in cfg.listeners}
+    if cfg.inter_broker_listener_name:
+        if cfg.inter_broker_listener_name not in names:
+            raise _invalid(
+                "inter.broker.listener.name",
+                cfg.inter_broker_listener_name,
+                f"a listener name defined in listeners ({', '.join(sorted(names))})",
+            )
+        if any(key == "security.inter.broker.protocol" for key, _ in cfg.settings):
+            raise _invalid(
+                "security.inter.broker.protocol",
+                cfg.security_inter_broker_protocol,
+                "not set together with inter.broker.listener.name",
+            )
+    for listener in cfg.listeners:
+        protocol = cfg.security_protocol(listener.name)
+        if protocol in ("SSL", "SASL_SSL"):
+            location = cfg.listener_value(listener.name, "ssl.keystore.location")
+            chain = cfg.listener_value(listener.name, "ssl.keystore.certificate.chain")
+            key = cfg.listener_value(listener.name, "ssl.keystore.key")
+            if not location and not (chain and key):
+                raise _invalid(
+                    "ssl.keystore.location",
+                    "",
+                    f"a PEM key and certificate for the {protocol} listener {listener.name} "
+                    "(or ssl.keystore.certificate.chain with ssl.keystore.key)",
+                )
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            mechanisms = cfg.listener_value(listener.name, "sasl.enabled.mechanisms")
+            unsupported = [m for m in mechanisms if m not in _SASL_MECHANISMS]
+            if not mechanisms or unsupported:
+                raise _invalid(
+                    "sasl.enabled.mechanisms",
+                    ",".join(mechanisms),
+                    f"mechanisms Onceflow supports ({', '.join(_SASL_MECHANISMS)}) for the "
+                    f"{protocol} listener {listener.name}",
+                )
+    inter = cfg.inter_broker_listener()
+    if cfg.zookeeper_connect and cfg.security_protocol(inter.name).startswith("SASL"):
+        mechanism = cfg.sasl_mechanism_inter_broker_protocol
+        enabled = cfg.listener_value(inter.name, "sasl.enabled.mechanisms")
+        if mechanism not in enabled:
+            raise _invalid(
+                "sasl.mechanism.inter.broker.protocol",
+                mechanism,
+                f"a mechanism enabled on the inter-broker listener {inter.name} "
+                f"({', '.join(enabled)})",
+            )
 
 
 def _check_metrics_listener(cfg: BrokerConfig) -> None:
@@ -938,6 +1137,7 @@ def _check_standalone(cfg: BrokerConfig) -> None:
 
 _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     _check_listeners,
+    _check_security,
     _check_metrics_listener,
     _check_session_timeouts,
     _check_compaction_lag,
@@ -1128,13 +1328,15 @@ class TopicConfig:
 
 
 def _broker_default(spec: _Key) -> str | None:
-    if spec is not _BROKER_GROUPS[spec.attr][0]:
+    if spec is not _BROKER_GROUPS[spec.attr][0] or spec.kind.config_type is ConfigType.PASSWORD:
         return None  # a synonym: the group's first key carries the default
     return _render(spec.kind, _BROKER_FIELD_DEFAULTS[spec.attr])
 
 
 _BROKER_FIELD_DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in dataclasses.fields(BrokerConfig) if f.name != "settings"
+    f.name: f.default
+    for f in dataclasses.fields(BrokerConfig)
+    if f.name not in ("settings", "listener_settings")
 }
 
 #: (key, default, doc) for every broker key, in a sensible reading order, for the README.
@@ -1283,7 +1485,12 @@ def broker_config_from_properties(
     warnings: list[str] = []
     parsed: dict[str, Any] = {}
     settings: dict[str, str] = {}
+    per_listener: list[tuple[str, str, Any]] = []
     for key, raw in properties.items():
+        if key.startswith(_LISTENER_PREFIX):
+            per_listener.append(_listener_setting(key, raw))
+            settings[key] = "[hidden]" if per_listener[-1][1].endswith("jaas.config") else raw
+            continue
         spec = _BROKER_BY_NAME.get(key)
         if spec is None:
             if key not in IGNORED_BROKER_KEYS:
@@ -1316,7 +1523,33 @@ def broker_config_from_properties(
                 )
             values[attr] = kept
 
-    return BrokerConfig(**values, settings=tuple(settings.items())), warnings
+    config = BrokerConfig(
+        **values, listener_settings=tuple(per_listener), settings=tuple(settings.items())
+    )
+    return config, warnings
+
+
+_LISTENER_PREFIX = "listener.name."
+_JAAS_RE = re.compile(r"(plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config")
+
+
+def _listener_setting(key: str, raw: str) -> tuple[str, str, Any]:
+    """One listener.name.<listener>.<key> setting: (LISTENER, key, parsed value)."""
+    listener, _, rest = key.removeprefix(_LISTENER_PREFIX).partition(".")
+    if not listener or not rest:
+        raise ConfigError(f"Invalid configuration key {key}: expected listener.name.NAME.KEY", key)
+    if _JAAS_RE.fullmatch(rest):
+        return listener.upper(), rest, raw.strip()
+    spec = _BROKER_BY_NAME.get(rest)
+    if spec is None or not rest.startswith(("ssl.", "sasl.", "connections.max.reauth")):
+        raise ConfigError(
+            f"Invalid configuration key {key}: a listener may override ssl.*, sasl.* and "
+            "connections.max.reauth.ms keys, and set <mechanism>.sasl.jaas.config "
+            "(plain, scram-sha-256, scram-sha-512)",
+            key,
+        )
+    value = spec.parse(raw)
+    return listener.upper(), rest, value
 
 
 # --------------------------------------------------------------------------------------------
@@ -1425,12 +1658,17 @@ def _entry(
     synonyms: list[ConfigSynonym],
     read_only: bool,
 ) -> ConfigEntry:
+    sensitive = spec.kind.config_type is ConfigType.PASSWORD
+    if sensitive:  # Kafka never returns a password's value, only that it is one
+        value = None
+        synonyms = [synonym._replace(value=None) for synonym in synonyms]
     return ConfigEntry(
         name=spec.name,
         value=value,
         source=source,
         read_only=read_only,
         is_default=source == ConfigSource.DEFAULT_CONFIG,
+        is_sensitive=sensitive,
         synonyms=tuple(synonyms),
         config_type=spec.kind.config_type,
         documentation=spec.doc,

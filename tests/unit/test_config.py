@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_config_docs_cover_every_attribute_once() -> None:
     assert len(keys) == len(set(keys)) == len(BROKER_CONFIG_KEYS)
     assert all(doc.doc.strip() for doc in CONFIG_DOCS)
     documented_attrs = {config_module._BROKER_BY_NAME[key].attr for key in keys}
-    fields = {f.name for f in dataclasses.fields(BrokerConfig)} - {"settings"}
+    fields = {f.name for f in dataclasses.fields(BrokerConfig)} - {"settings", "listener_settings"}
     assert documented_attrs == fields
     defaults = {doc.key: doc.default for doc in CONFIG_DOCS}
     assert defaults["log.retention.ms"] == "604800000"
@@ -370,7 +371,11 @@ BAD_VALUES = [
     ("listeners", "PLAINTEXT://localhost:70000", "65535"),
     ("listeners", "http//x:1", "HOST:PORT"),
     ("listeners", "", "at least one"),
-    ("listeners", "SSL://localhost:9093", "only PLAINTEXT"),
+    ("ssl.keystore.type", "JKS", "PEM"),
+    ("ssl.enabled.protocols", "TLSv1.1", "TLSv1.2"),
+    ("authorizer.class.name", "com.example.Custom", "built-in"),
+    ("super.users", "admin", "User:"),
+    ("inter.broker.listener.name", "NOPE", "listener name defined"),
     ("listeners", "INTERNAL://localhost:9093", "no security protocol"),
     ("listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "each listener name once"),
     ("advertised.listeners", "OTHER://host:1", "listener names defined in listeners"),
@@ -400,6 +405,76 @@ def test_bad_value_is_config_error_naming_key_value_and_expectation(
     assert "expected" in message
     assert expected in message
     assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "expected"),
+    [
+        ({"listeners": "SSL://localhost:9093"}, "ssl.keystore.location", "PEM key and certificate"),
+        (
+            {"listeners": "SASL_PLAINTEXT://localhost:9093"},
+            "sasl.enabled.mechanisms",
+            "mechanisms Onceflow supports",
+        ),
+        (
+            {"listeners": "SASL_PLAINTEXT://h:1", "sasl.enabled.mechanisms": "PLAIN,GSSAPI"},
+            "sasl.enabled.mechanisms",
+            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        ),
+        (
+            {"listeners": "PLAINTEXT://h:1", "listener.name.plaintext.log.dirs": "/x"},
+            "listener.name.plaintext.log.dirs",
+            "ssl.*, sasl.*",
+        ),
+        (
+            {"listeners": "SSL://h:1", "listener.name.ssl.ssl.client.auth": "always"},
+            "ssl.client.auth",
+            "one of none, requested, required",
+        ),
+        (
+            {"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "SSL"},
+            "security.inter.broker.protocol",
+            "not set together",
+        ),
+    ],
+)
+def test_what_a_listener_security_protocol_needs(
+    overrides: dict[str, str], key: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)) as caught:
+        load_broker_config(None, overrides)
+    assert caught.value.key == key
+
+
+def test_security_keys_per_listener_and_secrets_never_shown() -> None:
+    config, warnings = load_broker_config(
+        None,
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093",
+            "ssl.keystore.location": "/etc/broker.pem",
+            "ssl.key.password": "key-secret",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "scram-sha-256,PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": 'x required user_a="pw";',
+            "inter.broker.listener.name": "sasl_ssl",
+        },
+    )
+    assert warnings == []
+    assert config.security_protocol("sasl_ssl") == "SASL_SSL"
+    assert config.listener_value("SASL_SSL", "sasl.enabled.mechanisms") == (
+        "SCRAM-SHA-256",
+        "PLAIN",
+    )
+    assert config.listener_value("PLAINTEXT", "sasl.enabled.mechanisms") == ("SCRAM-SHA-512",)
+    assert config.jaas_config("SASL_SSL", "PLAIN") == 'x required user_a="pw";'
+    assert config.jaas_config("SASL_SSL", "SCRAM-SHA-256") is None
+    assert config.inter_broker_listener().name == "SASL_SSL"
+    entries = {entry.name: entry for entry in describe_broker_config(config)}
+    assert entries["ssl.key.password"].is_sensitive
+    assert entries["ssl.key.password"].value is None
+    assert all(s.value is None for s in entries["ssl.key.password"].synonyms)
+    assert "key-secret" not in repr(config.settings)
+    assert "pw" not in repr(config.settings)
 
 
 def test_bad_value_in_a_file_is_config_error(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from onceflow.storage.producer_state import NO_TXN
 
 if TYPE_CHECKING:
     from onceflow.broker.server import KafkaConnection
+    from onceflow.security.authorizer import Authorizer
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class Broker:
         self.logs.offline_listeners.append(self._log_offline)
         # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
         self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
+        # Set when authorizer.class.name is configured; None authorizes everything.
+        self.authorizer: Authorizer | None = None
         self.flusher = GroupCommitFlusher(
             on_flushed=self._flushed,
             on_round=self.metrics.flush_round if self.metrics is not None else None,

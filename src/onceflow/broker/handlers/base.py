@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.codec import RequestHeader, build, nested, response_type
+from onceflow.security.acl import AclOperation, ResourceType
+from onceflow.security.session import Session
+
+#: The session of a request on a PLAINTEXT listener: anonymous.
+ANONYMOUS_SESSION = Session()
 
 if TYPE_CHECKING:
     from onceflow.broker.broker import Broker
@@ -16,14 +21,32 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """One request's header and the broker serving it."""
+    """One request's header, the broker serving it and who sent it."""
 
     header: RequestHeader
     broker: Broker
+    session: Session = ANONYMOUS_SESSION
 
     @property
     def api_version(self) -> int:
         return self.header.api_version
+
+    def authorized(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this request's principal may do `operation` on the named resource
+        (always, when no authorizer is configured). A denial is logged for the audit."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.session, operation, resource_type, name
+        )
+
+    def authorized_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do `operation` on at least one resource of the type
+        (Kafka's authorizeByResourceType, KIP-679): for example WRITE on any topic grants
+        idempotent produce."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(
+            self.session, operation, resource_type
+        )
 
     def response(self, **fields: Any) -> Any:
         """The response entity of this request's API and version, from the given fields."""
