@@ -42,8 +42,9 @@ LOG_TAIL_CHARS = 6000
 
 def broker_command(data_dir: str, listener: str, overrides: Mapping[str, str]) -> list[str]:
     """The one place that knows how to start a broker process: `onceflow serve`."""
-    cmd = [sys.executable, "-m", "onceflow.cli.main", "serve"]
-    cmd += ["--data-dir", data_dir, "--listener", listener]
+    cmd = [sys.executable, "-m", "onceflow.cli.main", "serve", "--data-dir", data_dir]
+    if "listeners" not in overrides:  # named listeners (SASL_SSL://...) come as an override
+        cmd += ["--listener", listener]
     for key, value in overrides.items():
         cmd += ["--override", f"{key}={value}"]
     return cmd

@@ -21,9 +21,16 @@ from onceflow.cluster.znodes import (
 
 
 def test_values_round_trip_in_kafkas_json() -> None:
-    reg = BrokerRegistration(3, "h", 9093, 17)
+    reg = BrokerRegistration(
+        3, "h", 9093, 17, (("PLAINTEXT", "PLAINTEXT", "h", 9093), ("EXT", "SASL_SSL", "::1", 9094))
+    )
     assert BrokerRegistration.decode(3, reg.encode()) == reg
-    assert json.loads(reg.encode())["endpoints"] == ["PLAINTEXT://h:9093"]
+    assert reg.endpoint("EXT") == ("::1", 9094)
+    assert reg.endpoint("UNKNOWN") == ("h", 9093)  # the inter-broker address
+    bare = BrokerRegistration(3, "h", 9093, 17)  # as an older Onceflow registered
+    assert BrokerRegistration.decode(3, bare.encode()).endpoint("PLAINTEXT") == ("h", 9093)
+    assert json.loads(reg.encode())["endpoints"] == ["PLAINTEXT://h:9093", "EXT://[::1]:9094"]
+    assert json.loads(reg.encode())["listener_security_protocol_map"]["EXT"] == "SASL_SSL"
     state = PartitionState(2, 7, (2, 3), 4)
     path = partition_state_path("t", 0)
     assert path == "/brokers/topics/t/partitions/0/state"

@@ -320,7 +320,9 @@ class Broker:
         elif plog.topic == OFFSETS_TOPIC:
             self.group_coordinator.unload(plog.partition)
 
-    def coordinator_node(self, key_type: int, key: str) -> tuple[int, str, int] | None:
+    def coordinator_node(
+        self, key_type: int, key: str, listener: str | None = None
+    ) -> tuple[int, str, int] | None:
         """The broker coordinating a group (0) or transactional id (1), or None when there
         is none right now (COORDINATOR_NOT_AVAILABLE: the client retries).
 
@@ -329,7 +331,10 @@ class Broker:
         if self.cluster is None:
             if not self.coordinator_available(key_type, key):
                 return None
-            return self.node_id, self.advertised_host, self.advertised_port
+            advertised = self.config.advertised_listener_for(
+                listener or self.config.inter_broker_listener().name
+            )
+            return self.node_id, advertised.host, advertised.port
         if key_type == 1:
             topic, partitions = TXN_TOPIC, self.config.transaction_state_log_num_partitions
             factor_key = "transaction.state.log.replication.factor"
@@ -356,7 +361,7 @@ class Broker:
         registration = self.cluster.cache.brokers.get(leader)
         if registration is None:
             return None
-        return leader, registration.host, registration.port
+        return leader, *registration.endpoint(listener or self.config.inter_broker_listener().name)
 
     def coordinator_available(self, key_type: int, key: str) -> bool:
         """Whether the log partition behind a group (0) or transactional id (1) is online."""
@@ -417,11 +422,14 @@ class Broker:
         info = self.logs.topics.get(name)
         return None if info is None else dict(info.configs)
 
-    def nodes(self) -> list[tuple[int, str, int]]:
-        """(id, host, port) of every live broker."""
+    def nodes(self, listener: str | None = None) -> list[tuple[int, str, int]]:
+        """(id, host, port) of every live broker, the addresses being those of `listener`
+        (the one a client came in on; default: the inter-broker listener)."""
+        name = listener or self.config.inter_broker_listener().name
         if self.cluster is not None:
-            return self.cluster.nodes()
-        return [(self.node_id, self.advertised_host, self.advertised_port)]
+            return self.cluster.nodes(name)
+        advertised = self.config.advertised_listener_for(name)
+        return [(self.node_id, advertised.host, advertised.port)]
 
     def controller_id(self) -> int:
         return self.cluster.controller_id() if self.cluster is not None else self.node_id

@@ -63,8 +63,16 @@ class ClusterMode:
         self.broker = broker
         self.config = config
         store = ZkMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        inter = config.advertised_listener_for(config.inter_broker_listener().name)
         registration = BrokerRegistration(
-            broker.node_id, broker.advertised_host, broker.advertised_port, broker.clock.now_ms()
+            broker.node_id,
+            inter.host,
+            inter.port,
+            broker.clock.now_ms(),
+            tuple(
+                (ad.name, config.security_protocol(ad.name), ad.host, ad.port)
+                for ad in config.effective_advertised_listeners()
+            ),
         )
         self.link = ClusterLink(store, registration, asyncio.get_running_loop())
         self.replicas = ReplicaManager(
@@ -202,8 +210,8 @@ class ClusterMode:
 
     # ---- what handlers ask -----------------------------------------------------------
 
-    def nodes(self) -> list[tuple[int, str, int]]:
-        return sorted((b, r.host, r.port) for b, r in self.cache.brokers.items())
+    def nodes(self, listener: str) -> list[tuple[int, str, int]]:
+        return sorted((b, *r.endpoint(listener)) for b, r in self.cache.brokers.items())
 
     def controller_id(self) -> int:
         controller = self.cache.controller_id

@@ -74,12 +74,27 @@ def _dump(value: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """A live broker as registered in /brokers/ids/<id>, in Kafka's format: `host` and
+    `port` are where brokers reach it (its inter-broker listener), `endpoints` every
+    listener's advertised address, so each client is told the address of the listener it
+    came in on."""
+
     broker_id: int
     host: str
     port: int
     timestamp_ms: int
+    #: (listener name, security protocol, host, port) of every advertised listener.
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """The advertised address of a listener, or the inter-broker one."""
+        for name, _, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or (("PLAINTEXT", "PLAINTEXT", self.host, self.port),)
         return _dump(
             {
                 "version": 5,
@@ -87,8 +102,8 @@ class BrokerRegistration:
                 "port": self.port,
                 "jmx_port": -1,
                 "timestamp": str(self.timestamp_ms),
-                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
-                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+                "endpoints": [f"{name}://{_bracket(h)}:{p}" for name, _, h, p in endpoints],
+                "listener_security_protocol_map": {name: sp for name, sp, _, _ in endpoints},
                 "features": {},
             }
         )
@@ -97,9 +112,26 @@ class BrokerRegistration:
     def decode(cls, broker_id: int, raw: bytes) -> BrokerRegistration:
         value = _load(raw, broker_path(broker_id))
         try:
-            return cls(broker_id, str(value["host"]), int(value["port"]), int(value["timestamp"]))
+            protocols = dict(value.get("listener_security_protocol_map", {}))
+            endpoints = []
+            for text in value.get("endpoints", []):
+                name, _, address = str(text).partition("://")
+                host, _, port = address.rpartition(":")
+                host = host.removeprefix("[").removesuffix("]")
+                endpoints.append((name, str(protocols.get(name, name)), host, int(port)))
+            return cls(
+                broker_id,
+                str(value["host"]),
+                int(value["port"]),
+                int(value["timestamp"]),
+                tuple(endpoints),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:
