@@ -10,6 +10,11 @@ answers with v0 so any client can read it).
 Nothing is negotiated beyond asking each broker for its ApiVersions once and choosing, per
 API, the highest version both sides speak. `Cluster` routes a request to the broker that
 must answer it: a partition's leader, a transactional id's coordinator, or every broker.
+
+With a `ClientSecurity` (the `--command-config` properties), each socket is wrapped in TLS
+(SSL, SASL_SSL) and, for SASL_*, authenticated right after ApiVersions: SaslHandshake v1,
+then SaslAuthenticate rounds; a session the broker limits (KIP-368) is renewed on the same
+connection before it expires, as Kafka's clients do.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import socket
+import ssl
 import time
 import types
 from dataclasses import dataclass
@@ -31,6 +37,16 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.client import SIZE, UnreadableResponse, decode_response, encode_request
 from onceflow.protocol.codec import build, request_type, response_type
+from onceflow.protocol.sasl_exchange import (
+    SASL_AUTHENTICATE,
+    SASL_AUTHENTICATE_MAX_VERSION,
+    SASL_HANDSHAKE,
+    SASL_HANDSHAKE_VERSION,
+    SaslFailure,
+    reauthenticate_after_s,
+    sasl_exchange,
+)
+from onceflow.security.client_config import ClientSecurity
 
 __all__ = [
     "WRITE_TXN_MARKERS",
@@ -41,6 +57,7 @@ __all__ = [
     "error_name",
     "lenient_schema",
     "request_entity",
+    "tls_context",
 ]
 
 CLIENT_ID = "onceflow-cli"
@@ -61,6 +78,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     WRITE_TXN_MARKERS: (1, 2),
+    SASL_HANDSHAKE: (SASL_HANDSHAKE_VERSION, SASL_HANDSHAKE_VERSION),
+    SASL_AUTHENTICATE: (0, SASL_AUTHENTICATE_MAX_VERSION),
 }
 API_NAMES: dict[int, str] = {
     ApiKey.METADATA: "Metadata",
@@ -70,6 +89,8 @@ API_NAMES: dict[int, str] = {
     ApiKey.LIST_TRANSACTIONS: "ListTransactions",
     ApiKey.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     WRITE_TXN_MARKERS: "WriteTxnMarkers",
+    SASL_HANDSHAKE: "SaslHandshake",
+    SASL_AUTHENTICATE: "SaslAuthenticate",
 }
 
 
@@ -143,20 +164,96 @@ class Node:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
+def tls_context(security: ClientSecurity | None) -> ssl.SSLContext | None:
+    """The client TLS context of `security` (None without TLS); a bad setting is a CliError."""
+    if security is None:
+        return None
+    try:
+        return security.ssl_context()
+    except ValueError as exc:  # TlsConfigError: names the key, never a password
+        raise CliError(str(exc)) from None
+
+
 class Connection:
     """One blocking socket to one broker, requests answered one at a time, in order."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.security = security
+        context = tls_context(security)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
             raise CliError(f"cannot connect to {self.address}: {_reason(exc)}") from None
+        if context is not None:
+            sock = self._tls_handshake(sock, context, host)
+        self._sock = sock
         self._correlation = 0
         self._versions: dict[int, tuple[int, int]] | None = None
+        self._reauthenticate_at: float | None = None  # monotonic; None: the session lasts
+        if security is not None and security.uses_sasl:
+            try:
+                self._authenticate()
+            except CliError:
+                self.close()
+                raise
 
     def close(self) -> None:
         self._sock.close()
+
+    # ---- security --------------------------------------------------------------------
+
+    def _tls_handshake(
+        self, sock: socket.socket, context: ssl.SSLContext, host: str
+    ) -> ssl.SSLSocket:
+        try:
+            return context.wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            problem = "no answer in time"
+        except ssl.SSLCertVerificationError as exc:
+            problem = f"certificate verify failed: {exc.verify_message or exc.reason}"
+        except ssl.SSLError as exc:
+            problem = _reason(exc)
+            if exc.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE"):
+                problem += " (is it a TLS listener?)"
+        except OSError as exc:
+            problem = f"{_reason(exc)} (is it a TLS listener, and does it accept this client?)"
+        sock.close()
+        raise CliError(f"TLS handshake with {self.address} failed: {problem}")
+
+    def _authenticate(self) -> None:
+        """SaslHandshake and SaslAuthenticate rounds (after ApiVersions, as Kafka's clients
+        do); again on the same connection when a session the broker limits runs out."""
+        assert self.security is not None
+        client = self.security.sasl_client()
+        assert client is not None  # uses_sasl: ClientSecurity holds a mechanism and user
+        self.version_for(SASL_HANDSHAKE)
+        exchange = sasl_exchange(client, self.version_for(SASL_AUTHENTICATE))
+        try:
+            request = next(exchange)
+            while True:
+                response = self._round_trip(request.api_key, request.version, request.body)
+                request = exchange.send(response)
+        except StopIteration as done:
+            lifetime_ms: int = done.value
+        except SaslFailure as exc:
+            raise KafkaApiError(
+                exc.code,
+                f"SASL authentication of {client.mechanism} user {self.security.username!r} "
+                f"with {self.address} failed: {exc}",
+            ) from None
+        after = reauthenticate_after_s(lifetime_ms)
+        self._reauthenticate_at = None if after is None else time.monotonic() + after
+
+    def _renew_session(self) -> None:
+        if self._reauthenticate_at is not None and time.monotonic() >= self._reauthenticate_at:
+            self._authenticate()
 
     # ---- versions --------------------------------------------------------------------
 
@@ -198,10 +295,12 @@ class Connection:
         Fields the chosen version lacks are dropped, so one call serves every version.
         """
         version = self.version_for(api_key)
+        self._renew_session()
         return self._round_trip(api_key, version, build(request_type(api_key, version), **fields))
 
     def call_at(self, api_key: int, version: int, request: Any) -> Any:
         """Send a request already built for `version` (nested entities are per version)."""
+        self._renew_session()
         return self._round_trip(api_key, version, request)
 
     def _round_trip(self, api_key: int, version: int, request: Any) -> Any:
@@ -237,7 +336,20 @@ class Connection:
         return bytes(out)
 
 
+# TLS alerts a broker sends when it refuses this client's certificate. With TLS 1.3 they
+# arrive after the handshake, at the first read, so they can surface on any request.
+_TLS_ALERTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the broker requires a client certificate "
+    "(ssl.keystore.location, or ssl.certificate.location and ssl.key.location)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the broker does not trust this client's certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the broker refused this client's certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the broker refused this client's certificate",
+}
+
+
 def _reason(exc: OSError) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return _TLS_ALERTS.get(exc.reason, f"TLS error {exc.reason}")
     return exc.strerror or str(exc) or type(exc).__name__
 
 
@@ -264,14 +376,23 @@ class Metadata:
 class Cluster:
     """Connections to a cluster's brokers, reached from the bootstrap servers."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
+        self.security = security
+        tls_context(security)  # a bad TLS setting is reported once, before any connection
         self._connections: dict[tuple[str, int], Connection] = {}
         failures = []
         for host, port in _split_bootstrap(bootstrap):
             try:
                 self.bootstrap = self._connect(host, port)
                 break
+            except KafkaApiError:
+                raise  # refused credentials: every broker would refuse them
             except CliError as exc:
                 failures.append(str(exc).removeprefix("cannot connect to "))
         else:
@@ -293,7 +414,7 @@ class Cluster:
         key = (host, port)
         connection = self._connections.get(key)
         if connection is None:
-            connection = Connection(host, port, self.timeout_s)
+            connection = Connection(host, port, self.timeout_s, self.security)
             self._connections[key] = connection
         return connection
 
