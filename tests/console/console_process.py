@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.helpers.broker import die_with_parent, free_port
@@ -18,8 +19,9 @@ CALL_TIMEOUT_MS = 3000
 
 
 class ConsoleProcess:
-    def __init__(self, bootstrap: str, log_path: Path) -> None:
+    def __init__(self, bootstrap: str, log_path: Path, extra: Sequence[str] = ()) -> None:
         self.bootstrap = bootstrap
+        self.extra = list(extra)  # further options, such as --command-config FILE
         self.port = free_port()
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -37,7 +39,7 @@ class ConsoleProcess:
     def start(self) -> ConsoleProcess:
         cmd = [sys.executable, "-m", "onceflow.cli.main", "console"]
         cmd += ["--bootstrap-server", self.bootstrap, "--listen", f"127.0.0.1:{self.port}"]
-        cmd += ["--timeout-ms", str(CALL_TIMEOUT_MS)]
+        cmd += ["--timeout-ms", str(CALL_TIMEOUT_MS), *self.extra]
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 cmd,

@@ -30,6 +30,8 @@ from onceflow.bench.stats import median_of, medians
 from onceflow.bench.workloads import (
     KIB,
     BenchError,
+    Endpoint,
+    client_base,
     consume,
     create_topic,
     kafka_reason,
@@ -69,14 +71,14 @@ def _step(name: str) -> Iterator[None]:
         raise BenchError(f"{name}: {kafka_reason(exc)}") from exc
 
 
-def _transactional_run(bootstrap: str, topic: str, sizes: Sizes) -> float:
+def _transactional_run(bootstrap: Endpoint, topic: str, sizes: Sizes) -> float:
     create_topic(bootstrap, topic)
     producer = transactional_producer(bootstrap, topic)  # the topic's name is unique: reuse it
     return produce_transactional(producer, topic, sizes.messages, sizes.value_bytes, partition=0)
 
 
 def measure(
-    bootstrap: str,
+    bootstrap: Endpoint,
     sizes: Sizes,
     sections: Collection[str],
     prefix: str,
@@ -149,10 +151,10 @@ def measure(
     return out
 
 
-def delete_topics(bootstrap: str, prefix: str) -> list[str]:
+def delete_topics(bootstrap: Endpoint, prefix: str) -> list[str]:
     """Delete every topic whose name starts with `prefix`; returns their names. A broker that
     refuses (Kafka's delete.topic.enable=false, missing ACLs) is a BenchError."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**client_base(bootstrap), "log_level": 0})
     try:
         metadata = admin.list_topics(timeout=DELETE_TIMEOUT_S)
     except KafkaException as exc:

@@ -18,7 +18,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from onceflow.bench.workloads import (
     COMMIT_INTERVAL_S,
     BenchError,
+    Endpoint,
     Failures,
+    client_base,
     create_topic,
     producer_config,
     send,
@@ -37,7 +39,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def latency_run(
-    bootstrap: str, mode: str, rate: int, seconds: float, prefix: str = ""
+    bootstrap: Endpoint, mode: str, rate: int, seconds: float, prefix: str = ""
 ) -> dict[str, float]:
     """Latency percentiles in milliseconds for one run of `mode`, on a new topic whose name
     (and transactional id) starts with `prefix`."""
@@ -55,7 +57,7 @@ def latency_run(
 
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_base(bootstrap),
             "group.id": "bench-latency",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

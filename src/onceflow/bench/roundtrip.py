@@ -33,7 +33,14 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from onceflow.bench.workloads import BenchError, Failures, producer_config, send
+from onceflow.bench.workloads import (
+    BenchError,
+    Endpoint,
+    Failures,
+    client_base,
+    producer_config,
+    send,
+)
 
 __all__ = ["roundtrip_run"]
 
@@ -48,9 +55,9 @@ def transform(value: bytes) -> bytes:
     return value[: HEADER.size] + value[HEADER.size :].upper()
 
 
-def consumer_config(bootstrap: str, group: str) -> dict[str, object]:
+def consumer_config(bootstrap: Endpoint, group: str) -> dict[str, object]:
     return {
-        "bootstrap.servers": bootstrap,
+        **client_base(bootstrap),
         "group.id": group,
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
@@ -105,7 +112,7 @@ class Copier:
     """`source` to `sink`, transformed, one transaction per poll batch that also commits the
     group's offsets: each input record is in the output once, or its transaction aborts."""
 
-    def __init__(self, bootstrap: str, source: str, sink: str, prefix: str) -> None:
+    def __init__(self, bootstrap: Endpoint, source: str, sink: str, prefix: str) -> None:
         self.sink = sink
         self.assigned = threading.Event()
         self.stop = threading.Event()
@@ -142,7 +149,7 @@ class Reader:
     """A read_committed consumer of `sink` by assignment from offset 0: the round trip of
     each record from `counted_from` on, and whether any record came twice."""
 
-    def __init__(self, bootstrap: str, sink: str, total: int, counted_from: int) -> None:
+    def __init__(self, bootstrap: Endpoint, sink: str, total: int, counted_from: int) -> None:
         self.total = total
         self.counted_from = counted_from
         self.ready = threading.Event()
@@ -174,7 +181,7 @@ class Reader:
             self.roundtrips.append(now - due)
 
 
-def paced_send(bootstrap: str, topic: str, total: int, rate: int) -> None:
+def paced_send(bootstrap: Endpoint, topic: str, total: int, rate: int) -> None:
     """`total` records at `rate` per second, each carrying its due time and sequence."""
     producer = Producer(producer_config(bootstrap, {"linger.ms": 1}))
     report = Failures()
@@ -204,7 +211,7 @@ def wait_until(done: Callable[[], bool], copying: Worker, timeout: float, what: 
 
 
 def roundtrip_run(
-    bootstrap: str,
+    bootstrap: Endpoint,
     source: str,
     sink: str,
     *,

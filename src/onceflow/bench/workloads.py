@@ -8,6 +8,8 @@ caller turns them into MB/s or records/s.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -17,7 +19,9 @@ __all__ = [
     "COMMIT_INTERVAL_S",
     "KIB",
     "BenchError",
+    "Endpoint",
     "Failures",
+    "client_base",
     "consume",
     "create_topic",
     "kafka_reason",
@@ -32,6 +36,16 @@ KIB = 1024
 COMMIT_INTERVAL_S = 0.1  # "transactions committing every 100 ms"
 
 
+#: The broker to measure: its bootstrap servers, or a client config that names them
+#: (`bootstrap.servers` and security settings such as `security.protocol`, `sasl.*`).
+Endpoint = str | Mapping[str, object]
+
+
+def client_base(endpoint: Endpoint) -> dict[str, Any]:
+    """The librdkafka settings every client of a run starts from."""
+    return {"bootstrap.servers": endpoint} if isinstance(endpoint, str) else dict(endpoint)
+
+
 class BenchError(RuntimeError):
     """A workload could not finish: a failed delivery, a missing topic, too few records."""
 
@@ -44,10 +58,10 @@ def kafka_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: Endpoint, topic: str, partitions: int = 1) -> None:
     """Create `topic` (the broker's default replication) and wait until Metadata shows all
     its partitions: clients that start right after must not race the creation."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**client_base(bootstrap), "log_level": 0})
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(60)
     except (KafkaException, TimeoutError) as exc:
@@ -61,10 +75,12 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     raise BenchError(f"topic {topic} did not appear")
 
 
-def producer_config(bootstrap: str, extra: dict[str, object] | None = None) -> dict[str, object]:
+def producer_config(
+    bootstrap: Endpoint, extra: dict[str, object] | None = None
+) -> dict[str, object]:
     # A deep queue and ~1 MB batches, so the producer is never the bottleneck being measured.
     conf: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
+        **client_base(bootstrap),
         "acks": "all",
         "enable.idempotence": True,
         "linger.ms": 5,
@@ -108,7 +124,7 @@ def send(producer: Producer, topic: str, value: bytes, report: Failures, partiti
 
 
 def produce(
-    bootstrap: str,
+    bootstrap: Endpoint,
     topic: str,
     messages: int,
     value_bytes: int,
@@ -135,7 +151,7 @@ def produce(
     return elapsed
 
 
-def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
+def transactional_producer(bootstrap: Endpoint, transactional_id: str) -> Producer:
     """A producer with `transactional_id`, initialised (producer id fetched, older fenced)."""
     producer = Producer(producer_config(bootstrap, {"transactional.id": transactional_id}))
     producer.init_transactions(60)
@@ -181,12 +197,12 @@ def produce_transactional(
     return elapsed
 
 
-def consume(bootstrap: str, topic: str, count: int, isolation: str) -> float:
+def consume(bootstrap: Endpoint, topic: str, count: int, isolation: str) -> float:
     """Seconds to consume `count` records of partition 0 from offset 0, by assignment (no
     group join, nothing committed). `isolation` is read_uncommitted or read_committed."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_base(bootstrap),
             "group.id": "bench",
             "enable.auto.commit": False,
             "isolation.level": isolation,

@@ -18,6 +18,7 @@ from typing import Any
 from onceflow.bench.figures import SECTIONS, Sizes, delete_topics, measure, run_prefix
 from onceflow.bench.stats import figure_table
 from onceflow.bench.workloads import BenchError
+from onceflow.cli.command_config import add_command_config_option, security_properties
 from onceflow.cli.common import (
     CliError,
     UsageError,
@@ -54,6 +55,7 @@ def register(commands: Any) -> None:
         ),
     )
     add_bootstrap_option(parser)
+    add_command_config_option(parser)
     parser.add_argument(
         "--messages",
         type=positive_int,
@@ -109,6 +111,8 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError("--latency-rate x --latency-seconds must be at least one message")
     if args.json is not None and not Path(args.json).resolve().parent.is_dir():
         raise CliError(f"cannot write {args.json}: its directory does not exist")
+    security = security_properties(args)
+    endpoint = {"bootstrap.servers": args.bootstrap_server, **security}
     probe_bootstrap(args.bootstrap_server)
     sizes = Sizes(
         args.messages, args.value_bytes, args.repeat, args.latency_rate, args.latency_seconds
@@ -116,12 +120,12 @@ def run_bench(args: argparse.Namespace) -> int:
     prefix = run_prefix()
     _progress(f"{args.bootstrap_server}, topics {prefix}*")
     try:
-        figures = measure(args.bootstrap_server, sizes, set(args.only), prefix, _progress)
+        figures = measure(endpoint, sizes, set(args.only), prefix, _progress)
     except BenchError as exc:
         raise CliError(str(exc)) from None
     finally:
         try:
-            delete_topics(args.bootstrap_server, prefix)
+            delete_topics(endpoint, prefix)
         except BenchError as exc:
             print(f"onceflow bench: warning: topics not deleted: {exc}", file=sys.stderr)
     cores = os.cpu_count()

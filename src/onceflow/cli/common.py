@@ -10,19 +10,24 @@ of the bootstrap servers and the client logger that stays silent unless `--verbo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from confluent_kafka import KafkaError
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
     "KAFKA_LOG",
     "CliError",
+    "ConnectionErrors",
     "UsageError",
     "add_bootstrap_option",
     "client_config",
     "describe_kafka_error",
+    "explain_failure",
     "host_port",
     "key_value",
     "non_negative_int",
@@ -104,12 +109,59 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def client_config(bootstrap: str, properties: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """librdkafka settings: the bootstrap servers, our logger, then the user's pass-through.
+class ConnectionErrors:
+    """librdkafka's `error_cb`: keeps the last error saying why connections fail (a refused
+    login, a certificate not trusted), which a request only reports as a transport failure.
+    librdkafka calls it from poll(), so `explain` polls the client first."""
+
+    CODES = frozenset(
+        {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
+    )
+    VAGUE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT})
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def __call__(self, error: Any) -> None:
+        if error.code() in self.CODES:
+            self.last = str(error.str())
+
+    def explain(self, exc: BaseException, client: Any) -> str:
+        """describe_kafka_error, with the connection error behind a vague one."""
+        text = describe_kafka_error(exc)
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError) or error.code() not in self.VAGUE:
+            return text
+        with contextlib.suppress(Exception):
+            client.poll(0)
+        return text if self.last is None else f"{text} ({self.last})"
+
+
+def explain_failure(exc: BaseException, client: Any) -> str:
+    """The readable part of a client's exception, with the cause its `error_cb` saw."""
+    errors = getattr(client, "connection_errors", None)
+    if isinstance(errors, ConnectionErrors):
+        return errors.explain(exc, client)
+    return describe_kafka_error(exc)
+
+
+def client_config(
+    bootstrap: str,
+    properties: Iterable[tuple[str, str]] = (),
+    security: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """librdkafka settings: the bootstrap servers, our logger and error callback, the
+    `--command-config` security settings (already librdkafka's names), then the user's
+    pass-through.
 
     The user's properties come last so an expert can override anything, the logger included.
     """
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": KAFKA_LOG}
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "logger": KAFKA_LOG,
+        "error_cb": ConnectionErrors(),
+    }
+    config.update(security or {})
     config.update(dict(properties))
     return config
 
@@ -130,6 +182,9 @@ def _split_servers(bootstrap: str) -> list[tuple[str, int]]:
 def probe_bootstrap(bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Fail fast, with one line, when no bootstrap server accepts a TCP connection.
 
+    Only a TCP connect, closed at once: it says nothing on the wire, so it works the same
+    on a TLS or SASL listener (the broker sees a client that went away before speaking).
+
     librdkafka would otherwise retry until the request timeout and then report a generic
     transport failure. A server that accepts is left to librdkafka: it may still speak
     something else, and librdkafka's own error says so better than a guess here.
@@ -149,5 +204,7 @@ def describe_kafka_error(exc: BaseException) -> str:
     """The readable part of a confluent-kafka exception (its KafkaError's text)."""
     args = getattr(exc, "args", ())
     if args and hasattr(args[0], "str"):
-        return str(args[0].str())
+        text = str(args[0].str())
+        # A broker error without a message reads "(null)": Kafka's error name says more.
+        return str(args[0].name()) if text in ("", "(null)") else text
     return str(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import CliError, add_bootstrap_option, host_port, positive_int
 
 __all__ = ["register"]
@@ -24,11 +25,7 @@ def register(commands: Any) -> None:
         metavar="HOST:PORT",
         help=f"where the console's web server listens (default {DEFAULT_LISTEN})",
     )
-    parser.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="Kafka client properties (security.protocol, sasl.*, ...) passed to the clients",
-    )
+    add_command_config_option(parser)
     parser.add_argument(
         "--timeout-ms",
         type=positive_int,
@@ -51,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from onceflow.console.app import make_app
-    from onceflow.console.settings import ConsoleSettings, read_command_config
+    from onceflow.console.settings import ConsoleSettings, security_from_file
 
     settings = ConsoleSettings(
         bootstrap=args.bootstrap_server,
         timeout_s=args.timeout_ms / 1000.0,
         max_transaction_timeout_ms=args.max_transaction_timeout * 60_000,
-        properties=read_command_config(args.command_config),
+        security=security_from_file(args.command_config),
     )
     host, _, port = args.listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")

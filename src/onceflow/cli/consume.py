@@ -26,8 +26,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from onceflow.cli.command_config import add_command_config_option, security_properties
 from onceflow.cli.common import (
     CliError,
+    ConnectionErrors,
     UsageError,
     add_bootstrap_option,
     client_config,
@@ -64,6 +66,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("topic", metavar="TOPIC")
     add_bootstrap_option(parser)
+    add_command_config_option(parser)
     parser.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offset"
     )
@@ -121,7 +124,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
     group = args.group or f"onceflow-console-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    config = client_config(args.bootstrap_server)
+    config = client_config(args.bootstrap_server, security=security_properties(args))
     config.update(
         {
             "group.id": group,
@@ -130,27 +133,32 @@ def _consumer_config(args: argparse.Namespace) -> dict[str, Any]:
             "enable.auto.commit": args.group is not None,
             "auto.offset.reset": "earliest" if args.from_beginning else "latest",
             "isolation.level": args.isolation_level,
-            "error_cb": _on_client_error,
+            "error_cb": _ConsumerErrors(),
         }
     )
     config.update(dict(args.property))
     return config
 
 
-def _on_client_error(error: Any) -> None:
-    """librdkafka retries on its own; say so once per error rather than fail."""
-    if error.fatal():
-        raise KafkaException(error)
-    if error.code() == KafkaError._ALL_BROKERS_DOWN:
-        log.warning("all brokers are down; still retrying")
+class _ConsumerErrors(ConnectionErrors):
+    """librdkafka retries on its own; say so rather than fail, unless retrying cannot help:
+    a fatal error, a refused login or a certificate not trusted (as Kafka's Java consumer
+    gives up on an authentication failure). Raised from poll(), where the loop sees it."""
+
+    def __call__(self, error: Any) -> None:
+        super().__call__(error)
+        if error.fatal() or error.code() in self.CODES:
+            raise KafkaException(error)
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            log.warning("all brokers are down; still retrying")
 
 
-def _assignment(consumer: Any, args: argparse.Namespace) -> list[Any]:
+def _assignment(consumer: Any, args: argparse.Namespace, errors: ConnectionErrors) -> list[Any]:
     try:
         metadata = consumer.list_topics(args.topic, timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
         raise CliError(
-            f"cannot get metadata from {args.bootstrap_server}: {describe_kafka_error(exc)}"
+            f"cannot get metadata from {args.bootstrap_server}: {errors.explain(exc, consumer)}"
         ) from None
     topic = metadata.topics.get(args.topic)
     if topic is None or topic.error is not None:
@@ -236,9 +244,10 @@ def _poll_loop(consumer: Any, args: argparse.Namespace) -> int:
 def run_consume(args: argparse.Namespace) -> int:
     _check_arguments(args)
     _start_offset(args)  # reject a bad --offset before connecting
+    config = _consumer_config(args)
     probe_bootstrap(args.bootstrap_server)
     try:
-        consumer = Consumer(_consumer_config(args))
+        consumer = Consumer(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise CliError(f"bad consumer setting: {describe_kafka_error(exc)}") from None
     count = 0
@@ -246,7 +255,7 @@ def run_consume(args: argparse.Namespace) -> int:
         if args.group is not None and args.partition is None:
             consumer.subscribe([args.topic])
         else:
-            consumer.assign(_assignment(consumer, args))
+            consumer.assign(_assignment(consumer, args, config["error_cb"]))
         try:
             count = _poll_loop(consumer, args)
         except KafkaException as exc:  # a fatal error raised from error_cb

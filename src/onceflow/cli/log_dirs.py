@@ -14,15 +14,18 @@ from onceflow.cli.common import CliError
 from onceflow.cli.kafka_wire import Cluster
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.client_config import ClientSecurity
 
 MIN_FREE_BYTES = "onceflow.log.dir.min.free.bytes"
 MIN_FREE_PERCENT = "onceflow.log.dir.min.free.percent"
 
 
-def log_dir_lines(admin: Any, bootstrap: str, timeout_s: float) -> list[str]:
+def log_dir_lines(
+    admin: Any, bootstrap: str, timeout_s: float, security: ClientSecurity | None = None
+) -> list[str]:
     """One line per log dir of every broker; a line saying why when they cannot be had."""
     try:
-        with Cluster(bootstrap, timeout_s) as cluster:
+        with Cluster(bootstrap, timeout_s, security) as cluster:
             lines = []
             for node in cluster.brokers():
                 connection = cluster.node(node.node_id)

@@ -16,8 +16,10 @@ from typing import Any, BinaryIO
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from onceflow.cli.command_config import add_command_config_option, security_properties
 from onceflow.cli.common import (
     CliError,
+    ConnectionErrors,
     add_bootstrap_option,
     client_config,
     describe_kafka_error,
@@ -49,6 +51,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("topic", metavar="TOPIC")
     add_bootstrap_option(parser)
+    add_command_config_option(parser)
     parser.add_argument(
         "--key-separator",
         metavar="SEP",
@@ -83,13 +86,13 @@ def _input_lines(stdin: Any) -> Iterator[bytes]:
         yield line
 
 
-def _check_topic(producer: Any, args: argparse.Namespace) -> None:
+def _check_topic(producer: Any, args: argparse.Namespace, errors: ConnectionErrors) -> None:
     """Fail fast when the topic or the requested partition cannot take records."""
     try:
         metadata = producer.list_topics(args.topic, timeout=args.timeout_ms / 1000.0)
     except KafkaException as exc:
         raise CliError(
-            f"cannot get metadata from {args.bootstrap_server}: {describe_kafka_error(exc)}"
+            f"cannot get metadata from {args.bootstrap_server}: {errors.explain(exc, producer)}"
         ) from None
     topic = metadata.topics.get(args.topic)
     if topic is None:
@@ -149,7 +152,7 @@ def _produce(
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    config = client_config(args.bootstrap_server, args.property)
+    config = client_config(args.bootstrap_server, args.property, security_properties(args))
     if args.acks is not None:
         config["acks"] = ACKS[args.acks]
     probe_bootstrap(args.bootstrap_server)
@@ -157,7 +160,7 @@ def run_produce(args: argparse.Namespace) -> int:
         producer = Producer(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise CliError(f"bad producer setting: {describe_kafka_error(exc)}") from None
-    _check_topic(producer, args)
+    _check_topic(producer, args, config["error_cb"])
     separator: bytes | None = args.key_separator.encode() if args.key_separator else None
     deliveries = _Deliveries()
     lines = 0

@@ -2,8 +2,9 @@
 
 Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and kafka_wire for
 DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
-cluster. Topic listings come from a metadata request for all
-topics: asking for one topic by name could auto-create it on a broker that allows that.
+cluster, with `--command-config` for a secured one. Topic listings come from a metadata
+request for all topics: asking for one topic by name could auto-create it on a broker that
+allows that.
 """
 
 from __future__ import annotations
@@ -15,20 +16,20 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
-    AdminClient,
     ConfigResource,
     NewTopic,
 )
 from confluent_kafka.cimpl import CONFIG_SOURCE_DEFAULT_CONFIG
 
+from onceflow.cli.admin import connect_admin
+from onceflow.cli.command_config import add_command_config_option, wire_security
 from onceflow.cli.common import (
     CliError,
     add_bootstrap_option,
-    client_config,
     describe_kafka_error,
+    explain_failure,
     key_value,
     positive_int,
-    probe_bootstrap,
 )
 from onceflow.cli.log_dirs import log_dir_lines
 
@@ -44,6 +45,7 @@ def register(commands: Any) -> None:
     actions = parser.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
     add_bootstrap_option(common)
+    add_command_config_option(common)
     common.add_argument(
         "--timeout-ms",
         type=positive_int,
@@ -101,15 +103,6 @@ def register(commands: Any) -> None:
     delete.set_defaults(func=run_delete, command_parser=delete)
 
 
-def connect_admin(args: argparse.Namespace) -> Any:
-    """An AdminClient for the command's bootstrap servers; a seam tests replace."""
-    probe_bootstrap(args.bootstrap_server)
-    try:
-        return AdminClient(client_config(args.bootstrap_server, args.property))
-    except (KafkaException, ValueError, TypeError) as exc:
-        raise CliError(f"bad client setting: {describe_kafka_error(exc)}") from None
-
-
 def _timeout_s(args: argparse.Namespace) -> float:
     return float(args.timeout_ms) / 1000.0
 
@@ -119,7 +112,7 @@ def _metadata(admin: Any, args: argparse.Namespace) -> Any:
         return admin.list_topics(timeout=_timeout_s(args))
     except KafkaException as exc:
         raise CliError(
-            f"cannot get metadata from {args.bootstrap_server}: {describe_kafka_error(exc)}"
+            f"cannot get metadata from {args.bootstrap_server}: {explain_failure(exc, admin)}"
         ) from None
 
 
@@ -143,7 +136,8 @@ def run_create(args: argparse.Namespace) -> int:
     except KafkaException as exc:
         if args.if_not_exists and _error_code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
             return 0
-        raise CliError(f"cannot create topic {args.topic}: {describe_kafka_error(exc)}") from None
+        reason = explain_failure(exc, admin)
+        raise CliError(f"cannot create topic {args.topic}: {reason}") from None
     print(f"Created topic {args.topic}.")
     return 0
 
@@ -260,6 +254,11 @@ def run_describe(args: argparse.Namespace) -> int:
     if missing:
         raise CliError(f"no such topic: {', '.join(missing)}")
     # Where the partitions live, and whether the brokers still accept writes there.
-    for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args)):
+    try:
+        security = wire_security(args)
+    except CliError as exc:  # a setting only Onceflow's own client refuses (e.g. GSSAPI)
+        print(f"LogDirs: (unavailable: {exc})")
+        return status
+    for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args), security):
         print(line)
     return status

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import (
     CliError,
     UsageError,
@@ -37,6 +38,7 @@ from onceflow.cli.kafka_wire import (
     error_name,
     request_entity,
 )
+from onceflow.cli.wire_admin import wire_cluster
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
@@ -71,6 +73,7 @@ def register(commands: Any) -> None:
     actions = parser.add_subparsers(dest="transactions_command", required=True, metavar="ACTION")
     common = argparse.ArgumentParser(add_help=False)
     add_bootstrap_option(common)
+    add_command_config_option(common)
     common.add_argument(
         "--timeout-ms",
         type=positive_int,
@@ -155,8 +158,9 @@ def register(commands: Any) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
-    """The wire client for the command's bootstrap servers; a seam tests may replace."""
-    return Cluster(args.bootstrap_server, args.timeout_ms / 1000.0)
+    """The wire client for the command's bootstrap servers and `--command-config`; a seam
+    tests may replace."""
+    return wire_cluster(args)
 
 
 def _print_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

@@ -2,7 +2,8 @@
 
 One AdminClient (librdkafka keeps its connections and reconnects by itself when a broker
 comes back) and, per request, a `kafka_wire.Cluster` for the KIP-664 APIs confluent-kafka
-lacks. Every call is bounded by the settings' timeout.
+lacks; both with the `--command-config` security settings. Every call is bounded by the
+settings' timeout.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ class KafkaClients:
 
     def wire(self) -> Cluster:
         """A fresh connection to the cluster for the transaction APIs (close it: `with`)."""
-        self.settings.check_wire_support()
-        return Cluster(self.settings.bootstrap, self.timeout_s)
+        return Cluster(self.settings.bootstrap, self.timeout_s, self.settings.wire_security())
 
     def consumer(self, isolation_level: str) -> Any:
         """A consumer for the record browser: assign() only, never commits."""

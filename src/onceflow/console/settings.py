@@ -6,10 +6,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.cli.command_config import (
+    client_security,
+    librdkafka_properties,
+    read_command_config,
+)
 from onceflow.cli.common import CliError
-from onceflow.config import ConfigError, read_properties
+from onceflow.security.client_config import ClientSecurity
 
-__all__ = ["ConsoleSettings", "read_command_config"]
+__all__ = ["ConsoleSettings", "Security", "security_from_file"]
 
 # librdkafka's connection chatter (a cluster that went away logs every reconnect) stays here.
 KAFKA_LOG = logging.getLogger("onceflow.console.librdkafka")
@@ -22,14 +27,26 @@ CLIENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def read_command_config(path: str | None) -> dict[str, str]:
-    """Kafka client properties (`--command-config`), passed through to the clients."""
-    if path is None:
-        return {}
+@dataclass(frozen=True, slots=True)
+class Security:
+    """`--command-config` for both kinds of client: librdkafka's settings, and the
+    security of Onceflow's own protocol client, or why that client cannot use the file
+    (a mechanism only librdkafka has, say: then only the transaction pages say so)."""
+
+    librdkafka: dict[str, str] = field(default_factory=dict)
+    wire: ClientSecurity | None = None
+    wire_error: str | None = None
+
+
+def security_from_file(path: str | None) -> Security:
+    """The client security settings of a `--command-config` file (none without one).
+    A file librdkafka cannot use is an error at start."""
+    props = read_command_config(path)
+    librdkafka = librdkafka_properties(props)
     try:
-        return read_properties(path)
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
+        return Security(librdkafka, client_security(props, path))
+    except CliError as exc:
+        return Security(librdkafka, None, f"the transaction pages cannot use it: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +56,10 @@ class ConsoleSettings:
     # transaction.max.timeout.ms of the cluster: an open transaction idle longer is a
     # candidate for find-hanging (as `onceflow transactions find-hanging` does).
     max_transaction_timeout_ms: int = 15 * 60_000
-    properties: dict[str, str] = field(default_factory=dict)
+    security: Security = field(default_factory=Security)
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
-        """librdkafka settings: ours, then the user's properties, which win."""
+        """librdkafka settings: ours, then the user's security settings, which win."""
         config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap,
             "logger": KAFKA_LOG,
@@ -50,14 +67,11 @@ class ConsoleSettings:
             **CLIENT_DEFAULTS,
             **extra,
         }
-        config.update(self.properties)
+        config.update(self.security.librdkafka)
         return config
 
-    def check_wire_support(self) -> None:
-        """The KIP-664 pages use our own protocol client, which speaks PLAINTEXT only."""
-        protocol = self.properties.get("security.protocol", "PLAINTEXT").upper()
-        if protocol != "PLAINTEXT":
-            raise CliError(
-                f"the transaction pages need a PLAINTEXT listener; security.protocol={protocol} "
-                "is not supported by onceflow's admin client yet"
-            )
+    def wire_security(self) -> ClientSecurity | None:
+        """The security of the KIP-664 pages' protocol client; CliError if it has none."""
+        if self.security.wire_error is not None:
+            raise CliError(self.security.wire_error)
+        return self.security.wire
