@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import cast
 
 from onceflow.cli import (
+    acls,
     bench,
     cluster,
     console,
@@ -26,6 +27,7 @@ from onceflow.cli import (
     serve,
     topics,
     transactions,
+    users,
 )
 from onceflow.cli.common import KAFKA_LOG, CliError, UsageError
 
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         consume,
         dump_log,
         transactions,
+        acls,
+        users,
         bench,
         console,
     ):
