@@ -35,7 +35,7 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("serve", "topics", "produce", "consume", "dump-log", "bench"):
+    for command in ("serve", "topics", "produce", "consume", "dump-log", "bench", "acls", "users"):
         assert command in out
 
 
