@@ -70,17 +70,32 @@ def register(commands: Any) -> None:
     style.add_argument("--describe", action="store_true", help="show users' mechanisms")
     parser.add_argument("--entity-type", choices=("users",), help="users (the only type here)")
     parser.add_argument(
-        "--entity-name", "--user", dest="entity_name", action="append", default=[], metavar="USER"
+        "--entity-name",
+        "--user",
+        dest="entity_name",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="the user to alter or describe (describe: repeatable, default every user)",
     )
     parser.add_argument(
-        "--add-config", metavar="CONFIGS", help="'SCRAM-SHA-256=[iterations=N,password=P],...'"
+        "--add-config",
+        metavar="CONFIGS",
+        help="'SCRAM-SHA-256=[iterations=N,password=P],...' (argv shows in ps: prefer "
+        "--add-config-file or add)",
     )
     parser.add_argument(
         "--add-config-file",
         metavar="FILE",
         help="properties file of configs to add (SCRAM-SHA-256=iterations=N,password=P)",
     )
-    parser.add_argument("--delete-config", action="append", default=[], metavar="MECHANISM[,...]")
+    parser.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="MECHANISM[,...]",
+        help="the credentials to delete, e.g. SCRAM-SHA-512; repeatable",
+    )
     parser.add_argument(
         "--mechanism",
         type=_mechanism_argument,
