@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
+
 __all__ = [
     "BROKER_CONFIG_KEYS",
     "CONFIG_DOCS",
@@ -410,23 +412,14 @@ _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer
 _PEM_ONLY = _Check("PEM (convert JKS or PKCS12 stores to PEM files)", lambda v: v.upper() == "PEM")
 _TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: authorizer.class.name values that mean the built-in authorizer: Kafka's own classes, so
-#: an existing server.properties works unchanged.
-AUTHORIZER_CLASS_NAMES = (
-    "",
-    "kafka.security.authorizer.AclAuthorizer",
-    "kafka.security.auth.SimpleAclAuthorizer",
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "onceflow.security.authorizer.Authorizer",
-)
 _PRINCIPAL_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*:.+")
 _SUPER_USERS = _Check(
     "principals such as User:admin, semicolon-separated",
     lambda v: all(_PRINCIPAL_RE.fullmatch(p.strip()) for p in v.split(";") if p.strip()),
 )
 _AUTHORIZERS = _Check(
-    "the built-in authorizer (empty, or one of " + ", ".join(AUTHORIZER_CLASS_NAMES[1:]) + ")",
-    lambda v: v in AUTHORIZER_CLASS_NAMES,
+    "the built-in authorizer (empty, or one of " + ", ".join(sorted(AUTHORIZER_CLASS_NAMES)) + ")",
+    lambda v: v == "" or v in AUTHORIZER_CLASS_NAMES,
 )
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 

@@ -45,6 +45,7 @@ class StubBroker:
     node_id = 7
     advertised_host = "broker.example"
     advertised_port = 19092
+    authorizer = None  # no ACLs: every request is allowed, as on an unsecured broker
 
     def __init__(self) -> None:
         self.clock = ManualClock()
@@ -61,7 +62,9 @@ class StubBroker:
     def coordinator_available(self, key_type: int, key: str) -> bool:
         return key_type != 0 or self.group_coordinator.owns(key)
 
-    def coordinator_node(self, key_type: int, key: str) -> tuple[int, str, int] | None:
+    def coordinator_node(
+        self, key_type: int, key: str, listener: str | None = None
+    ) -> tuple[int, str, int] | None:
         return self.node_id, self.advertised_host, self.advertised_port
 
     async def call(self, api: ApiKey, version: int, /, **fields: Any) -> Any:

@@ -21,6 +21,7 @@ import pytest
 
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers import registry, txn_admin
+from onceflow.broker.security import listener_security
 from onceflow.broker.server import KafkaConnection
 from onceflow.cli.main import main
 from onceflow.config import BrokerConfig, Listener
@@ -73,8 +74,9 @@ class InProcessBroker:
 
     async def _start(self) -> None:
         handlers = {**registry.HANDLERS, **txn_admin.HANDLERS}
+        plaintext = listener_security(self.config, self.config.listeners[0])
         self.server = await self.loop.create_server(
-            lambda: KafkaConnection(self.broker, handlers), "127.0.0.1", self.port
+            lambda: KafkaConnection(self.broker, handlers, plaintext), "127.0.0.1", self.port
         )
         await self.broker.start()
 

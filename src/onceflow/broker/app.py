@@ -13,13 +13,15 @@ import fcntl
 import logging
 import os
 import signal
+from collections.abc import Callable
 
 from onceflow.broker.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
 from onceflow.broker.cluster_mode import ClusterStartupError
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.metrics_http import start_metrics_server
-from onceflow.broker.server import KafkaConnection
+from onceflow.broker.security import ListenerSecurity, SecuritySetupError, listener_security
+from onceflow.broker.server import KafkaConnection, TlsAcceptor
 from onceflow.config import BrokerConfig
 
 log = logging.getLogger("onceflow.broker")
@@ -55,23 +57,33 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         # on a read-only file system (EROFS) and the like ended in a traceback, not the
         # one-line error and exit code 1 promised for a data dir that cannot be locked.
         raise StartupError(f"cannot use data dir {data_dir}: {exc.strerror}") from exc
-    broker = Broker(config)
-    listener = config.listeners[0]
-    loop = asyncio.get_running_loop()
     try:
-        # Bind before loading logs, so a taken port fails fast; serve once loaded.
-        server = await loop.create_server(
-            lambda: KafkaConnection(broker, HANDLERS),
-            listener.host or None,
-            listener.port,
-            reuse_address=True,
-            start_serving=False,
-        )
-    except OSError as exc:
+        broker = Broker(config)
+        secured = [listener_security(config, listener) for listener in config.listeners]
+    except SecuritySetupError as exc:
         os.close(lock_fd)
-        raise StartupError(
-            f"cannot listen on {listener.host}:{listener.port}: {exc.strerror}"
-        ) from exc
+        raise StartupError(str(exc)) from exc
+    loop = asyncio.get_running_loop()
+    servers: list[asyncio.Server] = []
+    for listener, security in zip(config.listeners, secured, strict=True):
+        try:
+            # Bind before loading logs, so a taken port fails fast; serve once loaded.
+            servers.append(
+                await loop.create_server(
+                    _connection_factory(broker, security),
+                    listener.host or None,
+                    listener.port,
+                    reuse_address=True,
+                    start_serving=False,
+                )
+            )
+        except OSError as exc:
+            os.close(lock_fd)
+            for server in servers:
+                server.close()
+            raise StartupError(
+                f"cannot listen on {listener.host}:{listener.port}: {exc.strerror}"
+            ) from exc
     metrics_server = None
     metrics_at = config.onceflow_metrics_listener
     if metrics_at is not None and broker.metrics is not None:
@@ -81,7 +93,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
             )
         except OSError as exc:
             os.close(lock_fd)
-            server.close()
+            _close_all(servers)
             raise StartupError(
                 f"cannot listen for metrics on {metrics_at.address} "
                 f"(onceflow.metrics.listener): {exc.strerror or exc}"
@@ -90,7 +102,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         await broker.start()
     except ClusterStartupError as exc:
         os.close(lock_fd)
-        server.close()
+        _close_all(servers)
         if metrics_server is not None:
             metrics_server.close()
         await broker.stop()
@@ -99,7 +111,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         # Recovery writes a little (indexes, the coordinator epoch): on a disk with no
         # space at all, or one that fails, the broker says so instead of a traceback.
         os.close(lock_fd)
-        server.close()
+        _close_all(servers)
         if metrics_server is not None:
             metrics_server.close()
         broker.disk.refresh(force=True)
@@ -109,14 +121,13 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
             f"{usage.total}); free some space or fix the disk, then start again"
         ) from exc
     try:
-        await server.start_serving()
+        for server in servers:
+            await server.start_serving()
         log.info(
-            "Onceflow broker %d listening on %s:%d (advertised %s:%d), data dir %s",
+            "Onceflow broker %d listening on %s (advertised %s), data dir %s",
             broker.node_id,
-            listener.host,
-            listener.port,
-            broker.advertised_host,
-            broker.advertised_port,
+            ", ".join(str(listener) for listener in config.listeners),
+            ", ".join(str(ad) for ad in config.effective_advertised_listeners()),
             data_dir,
         )
         if metrics_server is not None:
@@ -126,18 +137,33 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         await stop.wait()
         log.info("shutting down")
         await broker.controlled_shutdown()
-        server.close()
+        _close_all(servers)
         await _drain(broker)
         for conn in list(broker.connections):
             if conn.transport is not None:
                 conn.transport.close()
-        await server.wait_closed()
+        for server in servers:
+            await server.wait_closed()
     finally:
         if metrics_server is not None:
             metrics_server.close()
         await broker.stop()
         os.close(lock_fd)
     log.info("shut down cleanly")
+
+
+def _connection_factory(
+    broker: Broker, security: ListenerSecurity
+) -> Callable[[], asyncio.BaseProtocol]:
+    if security.tls is None:
+        return lambda: KafkaConnection(broker, HANDLERS, security)
+    context = security.tls
+    return lambda: TlsAcceptor(KafkaConnection(broker, HANDLERS, security), context)
+
+
+def _close_all(servers: list[asyncio.Server]) -> None:
+    for server in servers:
+        server.close()
 
 
 async def _drain(broker: Broker) -> None:

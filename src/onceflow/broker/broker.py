@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from onceflow.broker.cluster_mode import ClusterMode, PartitionView
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
+from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
+from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
 from onceflow.config import BrokerConfig, ConfigError
@@ -90,8 +92,13 @@ class Broker:
         self.logs.offline_listeners.append(self._log_offline)
         # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
         self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
-        # Set when authorizer.class.name is configured; None authorizes everything.
-        self.authorizer: Authorizer | None = None
+        # ACLs and SCRAM credentials; its authorizer is None unless authorizer.class.name
+        # is set (then every request is authorized).
+        self.security = SecurityState(config, LocalSecurityStore(self.fs, self.log_dir))
+        # How this broker reaches the others (raises SecuritySetupError on bad settings).
+        self.inter_broker_security = (
+            inter_broker_security(config) if config.zookeeper_connect else None
+        )
         self.flusher = GroupCommitFlusher(
             on_flushed=self._flushed,
             on_round=self.metrics.flush_round if self.metrics is not None else None,
@@ -158,6 +165,11 @@ class Broker:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """The ACL authorizer, or None when authorizer.class.name is unset (allow all)."""
+        return self.security.authorizer
+
     async def start(self) -> None:
         self.logs.load()
         self.disk.refresh(force=True)
@@ -165,6 +177,7 @@ class Broker:
             await self._join_cluster()
         else:
             self.cluster_id = self._load_meta_properties()
+            self.security.load()
         self.producer_ids.load()
         if self.cluster is None:
             self._create_internal_topics()
@@ -218,6 +231,11 @@ class Broker:
         if local is None:
             self._write_meta_properties(self.cluster_id)
         self.cluster.replicas.role_listeners.append(self._role_changed)
+        # ACLs and credentials live in ZooKeeper, where every broker sees every change.
+        store = ZkSecurityStore(self.cluster.link.store, asyncio.get_running_loop())
+        self.security.store = store
+        self.security.load()
+        store.watch(self.security.set_acls, self.security.set_credentials)
 
     def _role_changed(self, topic: str, partition: int, role: Role, leader_epoch: int) -> None:
         """Coordinators follow the leadership of their internal partitions. A new

@@ -87,6 +87,7 @@ class ClusterMode:
                     partition_max_bytes=config.replica_fetch_max_bytes,
                     backoff_ms=config.replica_fetch_backoff_ms,
                     socket_timeout_ms=config.replica_socket_timeout_ms,
+                    security=broker.inter_broker_security,
                 ),
             ),
             broker.clock,
@@ -105,7 +106,7 @@ class ClusterMode:
             broker.clock,
         )
         self.internal_topics = internal_topics
-        self.peers = InterBroker(broker.node_id, self.link.cache)
+        self.peers = InterBroker(broker.node_id, self.link.cache, broker.inter_broker_security)
         self._creating: set[str] = set()  # internal topics being created
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:

@@ -25,6 +25,7 @@ from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
+from onceflow.security.client_config import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,12 @@ RETRIABLE = frozenset(
 
 
 class InterBroker:
-    def __init__(self, local_id: int, cache: MetadataCache) -> None:
+    def __init__(
+        self, local_id: int, cache: MetadataCache, security: ClientSecurity | None = None
+    ) -> None:
         self.local_id = local_id
         self.cache = cache
+        self.security = security
         self._connections: dict[int, tuple[tuple[str, int], BrokerConnection]] = {}
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -63,7 +67,13 @@ class InterBroker:
                 known[1].close()
             known = (
                 address,
-                BrokerConnection(address[0], address[1], f"txn-markers-{self.local_id}", TIMEOUT_S),
+                BrokerConnection(
+                    address[0],
+                    address[1],
+                    f"txn-markers-{self.local_id}",
+                    TIMEOUT_S,
+                    self.security,
+                ),
             )
             self._connections[broker] = known
         return known[1]

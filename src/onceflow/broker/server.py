@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from onceflow.broker.authentication import AuthState, ConnectionAuth, IllegalSaslState
 from onceflow.broker.handlers.base import (
     Deferred,
     Handler,
@@ -28,18 +30,23 @@ from onceflow.errors import KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey, is_supported
 from onceflow.protocol.framing import Frame, FrameDecoder, size_prefix
+from onceflow.security.principal import principal_from_certificate
 from onceflow.storage.partition_log import FileRegion
 
 if TYPE_CHECKING:
     from onceflow.broker.broker import Broker
+    from onceflow.broker.security import ListenerSecurity
 
 log = logging.getLogger(__name__)
+audit = logging.getLogger("onceflow.audit")
 
 # Regions below this size are read and written with the header in one write: for small
 # regions a read is cheaper than pausing the transport for sendfile.
 SENDFILE_MIN_BYTES = 64 * 1024
 # Requests a connection may have decoded but not yet answered before it stops reading.
 MAX_QUEUED_REQUESTS = 16
+# A client that has not finished its TLS handshake by then is disconnected.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class _FdFile:
@@ -57,10 +64,60 @@ class _FdFile:
         return offset  # sendfile passes explicit offsets; the position is never used
 
 
+class TlsAcceptor(asyncio.Protocol):
+    """Accepts a TLS connection: runs the handshake, then hands the connection over.
+
+    The handshake is driven here (not by create_server's ssl=) so that a failed one, a
+    plaintext client or garbage, is logged for the audit with the client's address."""
+
+    def __init__(self, connection: KafkaConnection, context: ssl.SSLContext) -> None:
+        self.connection = connection
+        self.context = context
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()  # the TLS protocol takes over reading
+        self._task = asyncio.get_running_loop().create_task(self._handshake(transport))
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        peer = _peer(transport)
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport,
+                self.connection,
+                self.context,
+                server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
+            audit.info("Failed authentication with %s (SSL handshake failed: %s)", peer, exc)
+            transport.abort()
+            return
+        if tls is None:  # the client went away during the handshake
+            return
+        self.connection.connection_made(tls)
+
+    def data_received(self, data: bytes) -> None:  # pragma: no cover - reading is paused
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, handlers: Mapping[int, Handler]) -> None:
+    def __init__(
+        self, broker: Broker, handlers: Mapping[int, Handler], listener: ListenerSecurity
+    ) -> None:
         self.broker = broker
         self.handlers = handlers
+        self.listener = listener
+        self.auth: ConnectionAuth | None = None
         self.decoder = FrameDecoder(broker.max_request_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -89,12 +146,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.auth = ConnectionAuth(self.listener, self.broker.security, peer[0] if peer else "?")
+        if self.listener.tls is not None and not self.listener.sasl:
+            self._authenticate_certificate(transport)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._process_requests()),
             loop.create_task(self._write_responses()),
         ]
         self.broker.connections.add(self)
+
+    def _authenticate_certificate(self, transport: asyncio.Transport) -> None:
+        """An SSL listener's principal: the client certificate's, else ANONYMOUS."""
+        assert self.auth is not None and self.listener.principal_mapper is not None
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            return
+        try:
+            principal = principal_from_certificate(der, self.listener.principal_mapper)
+        except ValueError as exc:  # no mapping rule matches, or an unreadable subject
+            audit.info("Failed authentication with %s (SSL principal: %s)", self.peer, exc)
+            self.auth.state = AuthState.FAILED
+            transport.abort()
+            return
+        self.auth.set_tls_principal(principal)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.buffer()
@@ -108,8 +184,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         for frame in frames:
             self._in_flight += 1
             self._requests.put_nowait(frame)
-        if self._requests.qsize() >= MAX_QUEUED_REQUESTS and not self._paused:
-            assert self.transport is not None
+        # (With TLS, a first request can arrive with the handshake's last bytes, before
+        # connection_made: it simply waits in the queue.)
+        if (
+            self._requests.qsize() >= MAX_QUEUED_REQUESTS
+            and not self._paused
+            and self.transport is not None
+        ):
             self.transport.pause_reading()
             self._paused = True
 
@@ -151,6 +232,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._handling = True
             try:
                 header, result = await self._handle(frame)
+            except IllegalSaslState as exc:
+                audit.info("closing connection from %s: %s", self.peer, exc)
+                self.abort(str(exc))
+                return
             except ProtocolError as exc:
                 self.abort(str(exc))
                 return
@@ -186,9 +271,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             raise ProtocolError(
                 f"unsupported request: api key {prefix.api_key} version {prefix.api_version}"
             )
+        auth = self.auth
+        assert auth is not None
+        auth.check(prefix.api_key)
         header, request = codec.decode_request(frame)
         handler = self.handlers[header.api_key]
-        result = await handler(RequestContext(header, self.broker), request)
+        result = await handler(RequestContext(header, self.broker, auth.session, auth), request)
         return header, result
 
     # ---- response writing ------------------------------------------------------------
@@ -213,6 +301,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._in_flight -= 1
             if metrics is not None:
                 metrics.request_done(header.api_key, started, result, sent)
+            if self.auth is not None and self.auth.failed:
+                # Kafka answers a failed authentication, then closes the connection.
+                assert self.transport is not None
+                self.transport.close()
+                return
 
     async def _send(self, loop: asyncio.AbstractEventLoop, head: bytes, parts: list[Any]) -> int:
         """Write one response; returns its size on the wire."""

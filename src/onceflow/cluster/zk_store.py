@@ -149,6 +149,22 @@ class ZkMetadataStore:
             return None
         return bytes(raw), int(stat.version)
 
+    def update(self, path: str, change: Callable[[bytes | None], bytes]) -> bytes:
+        """Replace a znode's data with `change(current)` (None: absent) atomically: on a
+        concurrent change by another broker, read again and retry. Returns what was
+        written. Blocking: call it from a thread."""
+        while True:
+            current = self.read(path)
+            data = change(None if current is None else current[0])
+            try:
+                if current is None:
+                    self._zk.create(path, data, makepath=True)
+                else:
+                    self._zk.set(path, data, version=current[1])
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            return data
+
     def topic_configs(self, topic: str) -> dict[str, str]:
         try:
             raw, _ = self._zk.get(topic_config_path(topic))

@@ -13,6 +13,8 @@ Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
     /config/topics/<topic>                     the topic's config overrides
     /latest_producer_id_block                  the last producer-id block handed out
     /onceflow/shutting_down/<id>               ephemeral: a broker in controlled shutdown
+    /onceflow/security/acls                    every ACL binding (JSON), changed by CAS
+    /onceflow/security/scram_credentials       SCRAM salts and derived keys, never passwords
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 TOPIC_CONFIGS = "/config/topics"
 SHUTTING_DOWN = "/onceflow/shutting_down"
+SECURITY_ACLS = "/onceflow/security/acls"
+SECURITY_CREDENTIALS = "/onceflow/security/scram_credentials"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN)
 #: Kafka's "no leader" in partition state: the partition is offline.
 NO_LEADER = -1

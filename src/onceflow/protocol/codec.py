@@ -90,7 +90,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         raise ProtocolError(
             f"malformed {_api_name(prefix.api_key)} v{prefix.api_version} request: {exc}"
         ) from exc
-    if pos + size != len(frame):
+    trailing = bytes(frame[pos + size :])
+    # An extra empty tag buffer after a flexible request is tolerated, as Kafka (which never
+    # checks for trailing bytes) tolerates it: librdkafka's AlterUserScramCredentials sends one.
+    if trailing and not (cls.__flexible__ and trailing == b"\x00"):
         raise ProtocolError(
             f"{_api_name(prefix.api_key)} v{prefix.api_version} request has "
             f"{len(frame) - pos - size} trailing bytes"

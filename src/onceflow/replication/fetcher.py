@@ -30,6 +30,7 @@ from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
 from onceflow.replication.partition import Partition, Role
+from onceflow.security.client_config import ClientSecurity
 from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.partition_log import PartitionLog
 
@@ -47,6 +48,8 @@ class FetcherSettings:
     partition_max_bytes: int = 1 << 20
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
+    #: How to reach and authenticate to a leader (the inter-broker listener's security).
+    security: ClientSecurity | None = None
 
 
 class FollowerHost(Protocol):
@@ -84,7 +87,7 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn = BrokerConnection(
-            address[0], address[1], f"replica-{local_id}", self._timeout_s
+            address[0], address[1], f"replica-{local_id}", self._timeout_s, settings.security
         )
 
     @property

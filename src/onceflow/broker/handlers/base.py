@@ -16,6 +16,7 @@ from onceflow.security.session import Session
 ANONYMOUS_SESSION = Session()
 
 if TYPE_CHECKING:
+    from onceflow.broker.authentication import ConnectionAuth
     from onceflow.broker.broker import Broker
 
 
@@ -26,6 +27,8 @@ class RequestContext:
     header: RequestHeader
     broker: Broker
     session: Session = ANONYMOUS_SESSION
+    #: The connection's authentication state (SaslHandshake and SaslAuthenticate use it).
+    auth: ConnectionAuth | None = None
 
     @property
     def api_version(self) -> int:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from onceflow.broker.handlers import admin, cluster_info, group, log_dirs, txn, txn_admin
+from onceflow.broker.handlers import (
+    acls,
+    admin,
+    cluster_info,
+    group,
+    log_dirs,
+    sasl,
+    scram,
+    txn,
+    txn_admin,
+)
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
 from onceflow.broker.handlers.fetch import handle_fetch
@@ -25,6 +35,9 @@ HANDLERS: dict[int, Handler] = {
     **group.HANDLERS,
     **txn.HANDLERS,
     **txn_admin.HANDLERS,
+    **sasl.HANDLERS,
+    **acls.HANDLERS,
+    **scram.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)
