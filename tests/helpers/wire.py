@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import io
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -54,9 +55,15 @@ def request_frame(
 
 
 class RawConnection:
-    def __init__(self, bootstrap: str, timeout: float = SOCKET_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout: float = SOCKET_TIMEOUT_S,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
         self._correlation = 0
 
     def close(self) -> None:
@@ -94,7 +101,7 @@ class RawConnection:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError):
             return True
         except TimeoutError:
             return False
