@@ -45,6 +45,7 @@ class StubBroker:
     node_id = 1
     advertised_host = "localhost"
     advertised_port = 9092
+    authorizer = None  # no ACLs: every request is allowed, as on an unsecured broker
 
     def __init__(self) -> None:
         self.clock = ManualClock()

@@ -1,25 +1,36 @@
-"""CreateTopics, DeleteTopics and DescribeConfigs."""
+"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs.
+
+Authorization is Kafka's, checked per topic after a repeated name and before any other
+check: CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE,
+CreatePartitions ALTER on the topic; DescribeConfigs needs DESCRIBE_CONFIGS on the topic,
+or on the cluster for a broker's configs.
+"""
 
 from __future__ import annotations
 
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import ConfigError, describe_broker_config, describe_topic_config
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from onceflow.broker.broker import Broker
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+_TOPIC_DENIED = "Authorization failed."  # Kafka's words for CreateTopics
 
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    denied = authz.create_denied(ctx, (t.name for t in request.topics))
     results = []
     seen: set[str] = set()
     for topic in request.topics:
@@ -28,6 +39,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
             seen.add(topic.name)
+            if topic.name in denied:
+                raise KafkaError(ErrorCode.topic_authorization_failed, _TOPIC_DENIED)
             assignment = _explicit_assignment(broker, topic)
             partitions = (
                 broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
@@ -103,6 +116,8 @@ def _validate_replication(
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    names = (t.name for t in request.topics)
+    denied = authz.denied(ctx, AclOperation.ALTER, ResourceType.TOPIC, names)
     results = []
     seen: set[str] = set()
     for topic in request.topics:
@@ -111,6 +126,10 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
             seen.add(topic.name)
+            if topic.name in denied:
+                raise KafkaError(
+                    ErrorCode.topic_authorization_failed, "The topic authorization is failed."
+                )
             assignments = None
             if topic.assignments is not None:
                 assignments = [[int(b) for b in a.broker_ids] for a in topic.assignments]
@@ -131,12 +150,17 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    denied: frozenset[str] = frozenset()
+    if ctx.broker.config.delete_topic_enable:  # else every topic answers that first
+        denied = authz.denied(ctx, AclOperation.DELETE, ResourceType.TOPIC, request.topic_names)
     results = []
     for name in request.topic_names:
         error = ErrorCode.none
         try:
             if not ctx.broker.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
+            if name in denied:
+                raise KafkaError(ErrorCode.topic_authorization_failed)
             await ctx.broker.delete_topic(name)
         except KafkaError as exc:
             error = exc.code
@@ -193,6 +217,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
+    _authorize_describe_configs(ctx, resource)
     broker = ctx.broker
     if resource.resource_type == RESOURCE_TOPIC:
         overrides = broker.topic_configs(resource.resource_name)
@@ -212,6 +237,22 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
     raise KafkaError(
         ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}"
     )
+
+
+def _authorize_describe_configs(ctx: RequestContext, resource: Any) -> None:
+    """DESCRIBE_CONFIGS on the topic, or on the cluster for a broker (or its loggers)."""
+    if resource.resource_type == RESOURCE_TOPIC:
+        name = resource.resource_name
+        if ctx.authorized(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            return
+        error = ErrorCode.topic_authorization_failed
+    elif resource.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        if authz.cluster_authorized(ctx, AclOperation.DESCRIBE_CONFIGS):
+            return
+        error = ErrorCode.cluster_authorization_failed
+    else:
+        return  # refused as unsupported by _describe
+    raise KafkaError(error, authz.DENIED_MESSAGES[error])
 
 
 HANDLERS: dict[int, Handler] = {

@@ -1,14 +1,20 @@
 """DescribeCluster (KIP-700): the cluster id, the controller and every live broker, as an
-admin client's describe_cluster() shows them."""
+admin client's describe_cluster() shows them.
+
+As in Kafka, anyone may ask; only the cluster's authorized operations, when asked for,
+depend on the principal (0 without DESCRIBE on the cluster).
+"""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 _NO_OPERATIONS = -(2**31)
 ENDPOINT_BROKERS = 1
@@ -31,7 +37,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         )
     brokers = tuple(
         ctx.entity("DescribeClusterBroker", broker_id=node, host=host, port=port, rack=None)
-        for node, host, port in broker.nodes()
+        for node, host, port in broker.nodes(ctx.session.listener)
     )
     return ctx.response(
         throttle_time=datetime.timedelta(0),
@@ -41,8 +47,16 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.controller_id(),
         brokers=brokers,
-        cluster_authorized_operations=_NO_OPERATIONS,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx: RequestContext, request: Any) -> int:
+    if not request.include_cluster_authorized_operations:
+        return _NO_OPERATIONS
+    if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authz.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 HANDLERS: dict[int, Handler] = {ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster}

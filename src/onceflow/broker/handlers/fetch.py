@@ -8,6 +8,10 @@ rather than for the high watermark.
 The response is encoded by kio entity by entity, but each partition's `records` field is
 spliced in as a FileRegion, so record bytes never become Python objects on the way from the
 segment file to the socket.
+
+Authorization is Kafka's: a follower needs CLUSTER_ACTION on the cluster, a consumer READ
+on each topic; a partition refused answers TOPIC_AUTHORIZATION_FAILED, checked once per
+request (not on every pass of a long poll) and before anything else.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RawBody, RequestContext
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol import codec
+from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import FileRegion, PartitionLog
 
 READ_UNCOMMITTED = 0
@@ -47,8 +53,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     replica = request.replica_id if ctx.api_version < 15 else -1
     purgatory = broker.replica_purgatory if replica >= 0 else broker.purgatory
+    denied = _denied_topics(ctx, request, replica)
     while True:
-        reads, total, failed = _read_all(ctx, request, replica)
+        reads, total, failed = _read_all(ctx, request, replica, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
@@ -67,8 +74,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     return RawBody(_encode(ctx, request, reads), errors)
 
 
+def _denied_topics(ctx: RequestContext, request: Any, replica: int) -> frozenset[str]:
+    names = (t.topic for t in request.topics)
+    if replica < 0:
+        return authz.denied(ctx, AclOperation.READ, ResourceType.TOPIC, names)
+    if authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        return frozenset()
+    return frozenset(names)  # Kafka answers TOPIC_AUTHORIZATION_FAILED everywhere
+
+
 def _read_all(
-    ctx: RequestContext, request: Any, replica: int
+    ctx: RequestContext, request: Any, replica: int, denied: frozenset[str]
 ) -> tuple[list[list[_PartitionRead]], int, bool]:
     committed = ctx.api_version >= 4 and request.isolation_level == READ_COMMITTED
     limit = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
@@ -79,9 +95,18 @@ def _read_all(
     for topic in request.topics:
         reads = []
         for p in topic.partitions:
-            read = _read_partition(
-                ctx, topic.topic, p, committed, min(limit, p.partition_max_bytes), min_one, replica
-            )
+            if topic.topic in denied:
+                read = _PartitionRead(p.partition, ErrorCode.topic_authorization_failed)
+            else:
+                read = _read_partition(
+                    ctx,
+                    topic.topic,
+                    p,
+                    committed,
+                    min(limit, p.partition_max_bytes),
+                    min_one,
+                    replica,
+                )
             if read.region is not None:
                 limit = max(0, limit - read.region.size)
                 total += read.region.size

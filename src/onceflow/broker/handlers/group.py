@@ -5,6 +5,14 @@ Each handler serves every advertised version of its API: it reads the fields the
 version has (older versions simply lack some, e.g. group_instance_id before v5), asks the
 group coordinator, and builds the response with ctx.response(), which drops what the
 version does not carry. Version-specific behaviour is spelled out where Kafka has it.
+
+Authorization is Kafka's, checked before the coordinator is asked (so a refused request
+changes nothing): FindCoordinator needs DESCRIBE on the group or transactional id; joining,
+syncing, heartbeats and leaving READ on the group; OffsetCommit READ on the group, then on
+each topic; TxnOffsetCommit WRITE on the transactional id, READ on the group, then on each
+topic; OffsetFetch DESCRIBE on the group, and topics the principal may not DESCRIBE are
+refused (or left out, when all are asked for); DescribeGroups DESCRIBE on each group;
+ListGroups shows every group to DESCRIBE on the cluster, else only the groups it may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -14,21 +22,25 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.coordinator.group import GroupCoordinator, OffsetCommitEntry, TopicPartition
 from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation, ResourceType
 
 NO_THROTTLE = datetime.timedelta(0)
 _ONE_MS = datetime.timedelta(milliseconds=1)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
-# DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else READ, DELETE and
-# DESCRIBE (AclOperation codes 3, 6 and 8): without ACLs everyone may do all three.
+# DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else those of READ,
+# DELETE and DESCRIBE (AclOperation codes 3, 6 and 8) the principal may do: without ACLs
+# all three.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+GROUP_DENIED = ErrorCode.group_authorization_failed
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -38,6 +50,10 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 def _ms(delta: datetime.timedelta) -> int:
     return int(delta // _ONE_MS)
+
+
+def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return ctx.authorized(operation, ResourceType.GROUP, group_id)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -57,7 +73,17 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             host="",
             port=-1,
         )
-    node = ctx.broker.coordinator_node(key_type, request.key)
+    denied = _coordinator_key_denied(ctx, key_type, request.key)
+    if denied is not None:
+        return ctx.response(
+            throttle_time=NO_THROTTLE,
+            error_code=denied,
+            error_message=authz.DENIED_MESSAGES[denied],
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    node = ctx.broker.coordinator_node(key_type, request.key, ctx.session.listener)
     if node is None:
         return ctx.response(
             throttle_time=NO_THROTTLE,
@@ -78,8 +104,28 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _coordinator_key_denied(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    """DESCRIBE on the group or transactional id whose coordinator is asked for."""
+    if key_type == KEY_TYPE_GROUP:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, key):
+            return GROUP_DENIED
+    elif not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
+
+
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return ctx.response(
+            throttle_time=NO_THROTTLE,
+            error_code=GROUP_DENIED,
+            generation_id=-1,
+            protocol_name="",
+            leader="",
+            member_id="",
+            members=(),
+        )
     session = _ms(request.session_timeout)
     # v0 has no rebalance timeout: the session timeout bounds the rebalance too.
     rebalance = _ms(request.rebalance_timeout) if version >= 1 else session
@@ -118,6 +164,8 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=GROUP_DENIED, assignment=b"")
     result = await _coordinator(ctx).sync_group(
         request.group_id,
         request.generation_id,
@@ -131,6 +179,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=GROUP_DENIED)
     error = _coordinator(ctx).heartbeat(
         request.group_id,
         request.member_id,
@@ -141,6 +191,8 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=GROUP_DENIED, members=())
     if ctx.api_version < 3:
         result = await _coordinator(ctx).leave_group(request.group_id, [(request.member_id, None)])
         # One member, one code: the group's error, else the member's.
@@ -160,19 +212,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    errors: dict[TopicPartition, ErrorCode] = {}
-    entries: dict[TopicPartition, OffsetCommitEntry] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition_index)
-            if not ctx.broker.has_partition(tp.topic, tp.partition):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            entries[tp] = OffsetCommitEntry(
-                offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),  # v6+
-                metadata=p.committed_metadata,
-            )
+    if not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        return _commit_response(ctx, request, _all_failed(request, GROUP_DENIED), "OffsetCommit")
+    errors, entries = _commit_entries(ctx, request)
     retention = getattr(request, "retention_time", None)  # v2-v4 only
     retention_ms = None if retention is None else _ms(retention)
     if entries:  # Kafka skips the coordinator when no partition is left to commit
@@ -185,6 +227,41 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             retention_ms=None if retention_ms == DEFAULT_RETENTION else retention_ms,
         )
     return _commit_response(ctx, request, errors, "OffsetCommit")
+
+
+def _commit_entries(
+    ctx: RequestContext, request: Any
+) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetCommitEntry]]:
+    """The errors of partitions not to commit (a topic without READ, then an unknown
+    partition, in Kafka's order) and the entries of the others, of OffsetCommit or
+    TxnOffsetCommit (same fields; the leader epoch from OffsetCommit v6, TxnOffsetCommit v2)."""
+    denied = authz.denied(
+        ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    errors: dict[TopicPartition, ErrorCode] = {}
+    entries: dict[TopicPartition, OffsetCommitEntry] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if topic.name in denied:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif not ctx.broker.has_partition(tp.topic, tp.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                entries[tp] = OffsetCommitEntry(
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    metadata=p.committed_metadata,
+                )
+    return errors, entries
+
+
+def _all_failed(request: Any, error: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+    return {
+        TopicPartition(topic.name, p.partition_index): error
+        for topic in request.topics
+        for p in topic.partitions
+    }
 
 
 def _commit_response(
@@ -215,19 +292,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     v2 adds the leader epoch, v3 the member id, generation and instance id (KIP-447), which
     older versions lack and the coordinator then does not check.
     """
-    errors: dict[TopicPartition, ErrorCode] = {}
-    entries: dict[TopicPartition, OffsetCommitEntry] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition_index)
-            if not ctx.broker.has_partition(tp.topic, tp.partition):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            entries[tp] = OffsetCommitEntry(
-                offset=p.committed_offset,
-                leader_epoch=getattr(p, "committed_leader_epoch", -1),  # v2+
-                metadata=p.committed_metadata,
-            )
+    denied = None
+    if not ctx.authorized(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        denied = ErrorCode.transactional_id_authorization_failed
+    elif not _group_allowed(ctx, AclOperation.READ, request.group_id):
+        denied = GROUP_DENIED
+    if denied is not None:
+        return _commit_response(ctx, request, _all_failed(request, denied), "TxnOffsetCommit")
+    errors, entries = _commit_entries(ctx, request)
     if entries:  # as for OffsetCommit, nothing left to commit skips the coordinator
         errors |= await _coordinator(ctx).txn_offset_commit(
             request.transactional_id,
@@ -243,24 +317,54 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
-    version = ctx.api_version
-    wanted: list[TopicPartition] | None = None
+    if not _group_allowed(ctx, AclOperation.DESCRIBE, request.group_id):
+        return _offset_fetch_failed(ctx, request, GROUP_DENIED)
+    requested: list[TopicPartition] | None = None
+    denied: frozenset[str] = frozenset()
     if request.topics is not None:  # null (v2+) asks for every committed offset
-        wanted = [
+        requested = [
             TopicPartition(t.name, index) for t in request.topics for index in t.partition_indexes
         ]
+        denied = authz.denied(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+        )
+    wanted = requested if not denied else [tp for tp in requested or () if tp.topic not in denied]
     # v7+: read_committed consumers ask not to be given an offset a transaction may change;
     # such partitions answer UNSTABLE_OFFSET_COMMIT (per partition, as Kafka does) and retry.
     result = _coordinator(ctx).fetch_offsets(
         request.group_id, wanted, require_stable=getattr(request, "require_stable", False)
     )
     if result.error is not ErrorCode.none:
-        if version >= 2:  # a group-level error field exists, and the topics stay empty
-            return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error, topics=())
-        failed = FetchedOffset(-1, -1, "", result.error)  # v1 reports it per partition
-        partitions = dict.fromkeys(wanted or [], failed)
-    else:
-        partitions = result.partitions
+        return _offset_fetch_failed(ctx, request, result.error)
+    partitions = result.partitions
+    if requested is None:  # every topic: those the principal may not DESCRIBE are left out
+        hidden = authz.denied(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (tp.topic for tp in partitions)
+        )
+        if hidden:
+            partitions = {tp: f for tp, f in partitions.items() if tp.topic not in hidden}
+    elif denied:
+        refused = FetchedOffset(-1, -1, "", ErrorCode.topic_authorization_failed)
+        partitions = dict(partitions) | {tp: refused for tp in requested if tp.topic in denied}
+    return _offsets_response(ctx, request, partitions)
+
+
+def _offset_fetch_failed(ctx: RequestContext, request: Any, error: ErrorCode) -> Any:
+    """A group-level error: in its own field from v2 (with no topics), else on every
+    partition asked for."""
+    if ctx.api_version >= 2:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=error, topics=())
+    failed = FetchedOffset(-1, -1, "", error)
+    return _offsets_response(
+        ctx,
+        request,
+        {TopicPartition(t.name, i): failed for t in request.topics for i in t.partition_indexes},
+    )
+
+
+def _offsets_response(
+    ctx: RequestContext, request: Any, partitions: Mapping[TopicPartition, FetchedOffset]
+) -> Any:
     by_topic: dict[str, list[tuple[int, FetchedOffset]]] = defaultdict(list)
     for tp, fetched in partitions.items():
         by_topic[tp.topic].append((tp.partition, fetched))
@@ -296,6 +400,20 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
     groups = []
     for group_id in request.groups:
+        if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+            groups.append(
+                ctx.entity(
+                    "DescribedGroup",
+                    error_code=GROUP_DENIED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=OPERATIONS_NOT_REQUESTED,
+                )
+            )
+            continue
         summary = coordinator.describe_group(group_id)
         members = tuple(
             ctx.entity(
@@ -309,6 +427,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             )
             for m in summary.members
         )
+        operations = OPERATIONS_NOT_REQUESTED
+        if wants_operations and summary.error is ErrorCode.none:
+            operations = authz.authorized_operations(ctx, ResourceType.GROUP, group_id)
         groups.append(
             ctx.entity(
                 "DescribedGroup",
@@ -318,9 +439,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=summary.protocol_type,
                 protocol_data=summary.protocol,
                 members=members,
-                authorized_operations=GROUP_OPERATIONS
-                if wants_operations
-                else OPERATIONS_NOT_REQUESTED,
+                authorized_operations=operations,
             )
         )
     return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
@@ -328,6 +447,13 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     error, overviews = _coordinator(ctx).list_groups()
+    if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE, quiet=True):
+        # Only the groups the principal may describe, filtered without an audit line each.
+        overviews = [
+            g
+            for g in overviews
+            if authz.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, quiet=True)
+        ]
     groups = tuple(
         ctx.entity("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type)
         for g in overviews

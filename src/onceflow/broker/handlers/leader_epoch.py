@@ -4,6 +4,10 @@ Followers ask it after a leader change to find where their log diverges; consume
 to validate their position after a leader change (KIP-320). The answer comes from the
 leader-epoch cache: the largest epoch not above the one asked for, and the offset where the
 next epoch starts (the log end for the latest).
+
+Authorization is Kafka's (KIP-320): CLUSTER_ACTION on the cluster (the followers') covers
+every topic, else each topic needs DESCRIBE (the consumers'), or its partitions answer
+TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -11,19 +15,27 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.fetch import check_leader_epoch
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.security.acl import AclOperation, ResourceType
 
 UNDEFINED = -1
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    denied: frozenset[str] = frozenset()
+    if not authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION, quiet=True):
+        names = (t.topic for t in request.topics)
+        denied = authz.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             try:
+                if topic.topic in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 plog = ctx.broker.leader_log(topic.topic, p.partition)
                 check_leader_epoch(plog.leader_epoch, p.current_leader_epoch)
                 if plog.offline is not None:

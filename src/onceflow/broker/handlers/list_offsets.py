@@ -1,13 +1,19 @@
-"""ListOffsets: earliest, latest (the LSO for read_committed), and by timestamp."""
+"""ListOffsets: earliest, latest (the LSO for read_committed), and by timestamp.
+
+Each topic needs DESCRIBE (Kafka's rule, whoever asks); without it its partitions answer
+TOPIC_AUTHORIZATION_FAILED.
+"""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.fetch import check_leader_epoch
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.security.acl import AclOperation, ResourceType
 
 LATEST = -1
 EARLIEST = -2
@@ -17,18 +23,24 @@ READ_COMMITTED = 1
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    denied = authz.denied(
+        ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            error, offset, timestamp, epoch = _lookup(
-                ctx,
-                topic.name,
-                p.partition_index,
-                p.timestamp,
-                committed,
-                getattr(p, "current_leader_epoch", -1),
-            )
+            if topic.name in denied:
+                error, offset, timestamp, epoch = ErrorCode.topic_authorization_failed, -1, -1, -1
+            else:
+                error, offset, timestamp, epoch = _lookup(
+                    ctx,
+                    topic.name,
+                    p.partition_index,
+                    p.timestamp,
+                    committed,
+                    getattr(p, "current_leader_epoch", -1),
+                )
             partitions.append(
                 ctx.entity(
                     "ListOffsetsPartitionResponse",

@@ -3,6 +3,9 @@ bytes, as `kafka-log-dirs.sh --describe` shows them.
 
 A partition whose log went offline after a storage failure is left out of its dir, as
 Kafka leaves out the partitions of an offline dir; Metadata lists it as offline.
+
+It needs DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED with no dirs (v3+ carry
+the code; older versions, as in Kafka, see only the empty list).
 """
 
 from __future__ import annotations
@@ -12,13 +15,21 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation
 
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return ctx.response(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}

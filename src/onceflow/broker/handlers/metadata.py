@@ -2,6 +2,11 @@
 
 Alone, the broker lists itself and its own logs; on a cluster, every live broker and each
 partition's leader, replicas and ISR as ZooKeeper last told this broker.
+
+Authorization is Kafka's: asked for every topic, the answer leaves out those the principal
+may not DESCRIBE; a named one it may not describe answers TOPIC_AUTHORIZATION_FAILED
+without saying whether it exists; auto-creating one needs CREATE on the cluster or on the
+topic. The v8 authorized-operations fields are filled when the client asks for them.
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 # Kafka's "authorized operations not requested" value.
 _NO_OPERATIONS = -(2**31)
@@ -20,16 +27,35 @@ _NO_OPERATIONS = -(2**31)
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     version = ctx.api_version
-    if request.topics is None or (version == 0 and not request.topics):
+    every_topic = request.topics is None or (version == 0 and not request.topics)
+    if every_topic:
         requested = broker.topic_names()
         auto_create = False
     else:
         requested = [t.name for t in request.topics]
         auto_create = version < 4 or bool(request.allow_auto_topic_creation)
-    topics = [await _describe_topic(ctx, name, auto_create) for name in requested]
+    hidden = authz.denied(
+        ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, requested, quiet=every_topic
+    )
+    create_denied: frozenset[str] = frozenset()
+    if auto_create and broker.config.auto_create_topics_enable:
+        missing = [
+            n for n in requested if n not in hidden and broker.topic_partition_count(n) is None
+        ]
+        create_denied = authz.create_denied(ctx, missing) if missing else frozenset()
+    operations = version >= 8 and bool(request.include_topic_authorized_operations)
+    topics = []
+    for name in requested:
+        if name in hidden:
+            if not every_topic:  # listing everything, the topic is simply left out
+                topics.append(_refused(ctx, name, internal=False))
+        elif name in create_denied:
+            topics.append(_refused(ctx, name, internal=name in INTERNAL_TOPICS))
+        else:
+            topics.append(await _describe_topic(ctx, name, auto_create, operations))
     nodes = tuple(
         ctx.entity("MetadataResponseBroker", node_id=node, host=host, port=port, rack=None)
-        for node, host, port in broker.nodes()
+        for node, host, port in broker.nodes(ctx.session.listener)
     )
     return ctx.response(
         throttle_time=datetime.timedelta(0),
@@ -37,11 +63,33 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.controller_id(),
         topics=tuple(topics),
-        cluster_authorized_operations=_NO_OPERATIONS,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
 
 
-async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> Any:
+def _cluster_operations(ctx: RequestContext, request: Any) -> int:
+    """v8-v10: what the principal may do on the cluster, 0 if it may not even DESCRIBE it."""
+    if ctx.api_version < 8 or not request.include_cluster_authorized_operations:
+        return _NO_OPERATIONS
+    if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authz.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _refused(ctx: RequestContext, name: str, *, internal: bool) -> Any:
+    return ctx.entity(
+        "MetadataResponseTopic",
+        error_code=ErrorCode.topic_authorization_failed,
+        name=name,
+        is_internal=internal,
+        partitions=(),
+        topic_authorized_operations=_NO_OPERATIONS,
+    )
+
+
+async def _describe_topic(
+    ctx: RequestContext, name: str, auto_create: bool, operations: bool
+) -> Any:
     broker = ctx.broker
     count = broker.topic_partition_count(name)
     error = ErrorCode.none
@@ -62,7 +110,9 @@ async def _describe_topic(ctx: RequestContext, name: str, auto_create: bool) -> 
         name=name,
         is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
-        topic_authorized_operations=_NO_OPERATIONS,
+        topic_authorized_operations=authz.authorized_operations(ctx, ResourceType.TOPIC, name)
+        if operations
+        else _NO_OPERATIONS,
     )
 
 

@@ -4,6 +4,12 @@ A bad batch fails only its own partition; the others in the request still succee
 acks=-1 in durable mode the response waits for the group commit that covers the append; a
 partition whose fsync fails then answers KAFKA_STORAGE_ERROR, never success. Below the log
 dir's free-space threshold, client data is refused with KAFKA_STORAGE_ERROR (retriable).
+
+Authorization is Kafka's: transactional records need WRITE on the transactional id (else
+the whole request fails), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED for its
+partitions, before anything else is checked). Idempotence needs nothing more here: since
+KIP-679 it is InitProducerId that checks IDEMPOTENT_WRITE. A topic this broker would
+auto-create also needs CREATE, as Metadata's auto-creation does.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.broker import RemoteVerification
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
+from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import AppendResult, PartitionLog
 
 if TYPE_CHECKING:
@@ -28,6 +36,10 @@ if TYPE_CHECKING:
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = request.acks
+    if not _transaction_authorized(ctx, request):
+        error = ErrorCode.transactional_id_authorization_failed
+        return NO_RESPONSE if acks == 0 else _refused(ctx, request, error)
+    denied = _denied_topics(ctx, request)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
@@ -41,6 +53,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             log_start = -1
             append_time: datetime.datetime | None = None
             try:
+                if topic_data.name in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 try:
                     plog, result = _append(
                         broker, request.transactional_id, topic_data.name, data, acks
@@ -60,7 +74,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     waits.append(wait)
                     waiting.append((len(topics), len(partitions)))
             except KafkaError as exc:
-                error, message = exc.code, exc.message
+                error, message = exc.code, exc.message or None
             partitions.append(
                 ctx.entity(
                     "PartitionProduceResponse",
@@ -84,6 +98,57 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if not waits:
         return response
     return Deferred(waits, response, lambda errors: _unacknowledged(response, waiting, errors))
+
+
+def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
+    """Kafka's check: transactional records need a transactional id the principal may WRITE."""
+    if ctx.broker.authorizer is None or not authz.has_transactional_records(request):
+        return True
+    txn_id = request.transactional_id
+    return txn_id is not None and ctx.authorized(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+    )
+
+
+def _denied_topics(ctx: RequestContext, request: Any) -> frozenset[str]:
+    """Topics without WRITE, and (alone, where Produce auto-creates) missing topics the
+    principal may not CREATE."""
+    broker = ctx.broker
+    if broker.authorizer is None:
+        return frozenset()
+    names = {t.name for t in request.topic_data}
+    denied = authz.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+    if broker.cluster is None and broker.config.auto_create_topics_enable:
+        missing = [n for n in names - denied if broker.topic_partition_count(n) is None]
+        if missing:
+            denied |= authz.create_denied(ctx, missing)
+    return denied
+
+
+def _refused(ctx: RequestContext, request: Any, error: ErrorCode) -> Any:
+    """Every partition of the request answering `error` (Kafka's getErrorResponse)."""
+    message = authz.DENIED_MESSAGES.get(error)
+    topics = tuple(
+        ctx.entity(
+            "TopicProduceResponse",
+            name=topic.name,
+            partition_responses=tuple(
+                ctx.entity(
+                    "PartitionProduceResponse",
+                    index=data.index,
+                    error_code=error,
+                    base_offset=-1,
+                    log_append_time=None,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=message,
+                )
+                for data in topic.partition_data
+            ),
+        )
+        for topic in request.topic_data
+    )
+    return ctx.response(responses=topics, throttle_time=datetime.timedelta(0))
 
 
 def _unacknowledged(

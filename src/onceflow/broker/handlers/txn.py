@@ -1,16 +1,32 @@
-"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn."""
+"""InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
+
+Authorization is Kafka's, before the coordinator is asked: a transactional id needs WRITE
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer's InitProducerId needs
+IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED, KIP-679);
+AddPartitionsToTxn also WRITE on each topic (an internal topic is always refused: only
+the coordinators add those), and from v4 (brokers verifying, KIP-890) CLUSTER_ACTION;
+AddOffsetsToTxn READ on the group.
+"""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation, ResourceType
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _NO_THROTTLE = datetime.timedelta(0)
+TXN_DENIED = ErrorCode.transactional_id_authorization_failed
+
+
+def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorized(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
 def _fenced_for(version: int, first_version_with_fenced: int, error: ErrorCode) -> ErrorCode:
@@ -25,6 +41,11 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     """Without a transactional id: a brand-new producer id at epoch 0, whatever id and
     epoch a KIP-360 client sends, since a fresh id can never collide with state a partition
     still holds. With one: the transaction coordinator's epoch bump and fencing."""
+    denied = _init_denied(ctx, request.transactional_id)
+    if denied is not None:
+        return ctx.response(
+            throttle_time=_NO_THROTTLE, error_code=denied, producer_id=-1, producer_epoch=-1
+        )
     if request.transactional_id is None:
         try:
             producer_id, error = ctx.broker.producer_ids.next_id(), ErrorCode.none
@@ -51,27 +72,32 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _init_denied(ctx: RequestContext, transactional_id: str | None) -> ErrorCode | None:
+    if transactional_id is not None:
+        return None if _may_write(ctx, transactional_id) else TXN_DENIED
+    if authz.cluster_authorized(
+        ctx, AclOperation.IDEMPOTENT_WRITE, quiet=True
+    ) or ctx.authorized_any(AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
+
+
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 4:
         return await _add_partitions_batched(ctx, request)
     broker = ctx.broker
+    txn_id = request.v3_and_below_transactional_id
     wanted = [
         (topic.name, partition)
         for topic in request.v3_and_below_topics
         for partition in topic.partitions
     ]
-    unknown = {tp for tp in wanted if not broker.has_partition(*tp)}
-    if unknown:
-        # Kafka answers the unknown partitions and marks the rest as not attempted.
-        errors = {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    refused = _refused_partitions(ctx, txn_id, wanted)
+    if refused is not None:
+        errors = refused
     else:
         error = await broker.txn_coordinator.add_partitions(
-            request.v3_and_below_transactional_id,
+            txn_id,
             request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch,
             wanted,
@@ -96,10 +122,38 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
     )
 
 
+def _refused_partitions(
+    ctx: RequestContext, txn_id: str, wanted: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode] | None:
+    """Kafka's checks before the coordinator is asked: WRITE on the transactional id, WRITE
+    on each topic (never an internal one: only coordinators add those), each partition
+    known. A failure fails them all: its partitions with its error, the others with
+    OPERATION_NOT_ATTEMPTED. None: all passed."""
+    if not _may_write(ctx, txn_id):
+        return dict.fromkeys(wanted, TXN_DENIED)
+    names = (t for t, _ in wanted if t not in INTERNAL_TOPICS)
+    denied = authz.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for tp in wanted:
+        if tp[0] in denied or tp[0] in INTERNAL_TOPICS:
+            errors[tp] = ErrorCode.topic_authorization_failed
+        elif not ctx.broker.has_partition(*tp):
+            errors[tp] = ErrorCode.unknown_topic_or_partition
+    if not errors:
+        return None
+    return {tp: errors.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+
+
 async def _add_partitions_batched(ctx: RequestContext, request: Any) -> Any:
     """v4+, sent by brokers (Kafka 3.6+): several transactions at once; with verify_only,
     only whether each partition is in the producer's ongoing transaction (KIP-890)."""
     broker = ctx.broker
+    if not authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        return ctx.response(
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     results = []
     for txn in request.transactions:
         wanted = [(topic.name, p) for topic in txn.topics for p in topic.partitions]
@@ -146,6 +200,12 @@ async def _add_partitions_batched(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response(throttle_time=_NO_THROTTLE, error_code=TXN_DENIED)
+    if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response(
+            throttle_time=_NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
+        )
     partition = broker.group_coordinator.partition_for(request.group_id)
     error = await broker.txn_coordinator.add_partitions(
         request.transactional_id,
@@ -159,6 +219,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response(throttle_time=_NO_THROTTLE, error_code=TXN_DENIED)
     error = await ctx.broker.txn_coordinator.end_txn(
         request.transactional_id,
         request.producer_id,

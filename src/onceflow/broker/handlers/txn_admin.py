@@ -6,6 +6,12 @@ it (a late write after an abort, in Kafka before KIP-890). It pins the last stab
 read_committed consumers stop below it for good. These APIs let an operator see both sides,
 the partition's producer state and the coordinator's transactions, and end the transaction
 on the partition with an ABORT marker, as Kafka's `Admin.abortTransaction` does.
+
+Authorization is Kafka's: DescribeProducers needs READ on each topic; DescribeTransactions
+DESCRIBE on each transactional id, and lists only the topics the principal may DESCRIBE;
+ListTransactions lists only the ids it may DESCRIBE; WriteTxnMarkers needs ALTER (Kafka
+3.8+, for the abort tooling) or CLUSTER_ACTION on the cluster, so an unprivileged
+principal cannot abort someone else's transaction.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import PartitionLog
 
 #: How long a WriteTxnMarkers answer waits for its markers to be replicated.
@@ -40,11 +48,16 @@ def _timestamp(ms: int) -> datetime.datetime:
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     """The partition side of KIP-664: every producer the partition's state still holds,
     with the first offset of its open transaction there (-1 when none)."""
+    denied = authz.denied(
+        ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
             try:
+                if topic.name in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 plog = ctx.broker.leader_log(topic.name, index)
             except KafkaError as exc:
                 partitions.append(
@@ -52,7 +65,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
                         "PartitionResponse",
                         partition_index=index,
                         error_code=exc.code,
-                        error_message=None,
+                        error_message=authz.DENIED_MESSAGES.get(exc.code),
                         active_producers=(),
                     )
                 )
@@ -88,10 +101,13 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     states = []
     for txn_id in request.transactional_ids:
         coordinator = ctx.broker.txn_coordinator
-        owned = bool(txn_id) and coordinator.owns(txn_id)
+        allowed = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)
+        owned = allowed and bool(txn_id) and coordinator.owns(txn_id)
         meta = coordinator.txns.get(txn_id) if owned else None
         if meta is None or meta.state == TxnState.DEAD:
-            if not txn_id:
+            if not allowed:
+                error = ErrorCode.transactional_id_authorization_failed
+            elif not txn_id:
                 error = ErrorCode.invalid_request
             elif not owned:
                 error = ErrorCode.not_coordinator  # its log partition is offline
@@ -114,6 +130,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, partition in sorted(meta.partitions):
             by_topic[topic].append(partition)
+        hidden = authz.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, by_topic)
         states.append(
             ctx.entity(
                 "TransactionState",
@@ -127,6 +144,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 topics=tuple(
                     ctx.entity("TopicData", topic=topic, partitions=tuple(parts))
                     for topic, parts in by_topic.items()
+                    if topic not in hidden
                 ),
             )
         )
@@ -167,6 +185,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             or now - meta.start_ms <= duration_ms
         ):
             continue
+        if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            continue
         listed.append(
             ctx.entity(
                 "TransactionState",
@@ -194,6 +214,11 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     refused exactly as the log refuses it. An aborted or committed `__consumer_offsets`
     partition also settles the producer's pending transactional offsets there.
     """
+    if not (
+        authz.cluster_authorized(ctx, AclOperation.ALTER, quiet=True)
+        or authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        return _markers_refused(ctx, request)
     broker = ctx.broker
     results = []
     for marker in request.markers:
@@ -248,6 +273,35 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return ctx.response(markers=tuple(results))
+
+
+def _markers_refused(ctx: RequestContext, request: Any) -> Any:
+    """CLUSTER_AUTHORIZATION_FAILED on every partition of every marker; nothing written."""
+    error = ErrorCode.cluster_authorization_failed
+    return ctx.response(
+        markers=tuple(
+            ctx.entity(
+                "WritableTxnMarkerResult",
+                producer_id=marker.producer_id,
+                topics=tuple(
+                    ctx.entity(
+                        "WritableTxnMarkerTopicResult",
+                        name=topic.name,
+                        partitions=tuple(
+                            ctx.entity(
+                                "WritableTxnMarkerPartitionResult",
+                                partition_index=index,
+                                error_code=error,
+                            )
+                            for index in topic.partition_indexes
+                        ),
+                    )
+                    for topic in marker.topics
+                ),
+            )
+            for marker in request.markers
+        )
+    )
 
 
 HANDLERS: dict[int, Handler] = {
