@@ -81,7 +81,7 @@ class ConnectionAuth:
             raise IllegalSaslState(f"SaslHandshake on the {self.listener.protocol} listener")
         expires = self._expires_at
         if expires is not None and api_key != ApiKey.SASL_HANDSHAKE and time.monotonic() > expires:
-            raise IllegalSaslState("the SASL session expired without re-authentication")
+            raise IllegalSaslState("SASL session expired without re-authentication")
 
     # ---- SaslHandshake and SaslAuthenticate -------------------------------------------
 
