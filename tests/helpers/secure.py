@@ -13,6 +13,7 @@ kafka-python's and aiokafka's keyword arguments.
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,17 @@ class SecureBroker:
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
+
+    def logged(self, text: str, since: int = 0, timeout: float = 10.0) -> bool:
+        """Whether the broker logs `text` (after character `since`) within `timeout`: an
+        audit line can land just after the client saw its connection closed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if text in self.process.log[since:]:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     # ---- confluent-kafka (librdkafka) ---------------------------------------------------
 

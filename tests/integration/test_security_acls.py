@@ -107,7 +107,7 @@ def test_without_write_on_a_topic_a_principal_cannot_produce(secure: SecureBroke
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
     assert _delivery_error(_conf(secure, ALICE), TOPIC) is None
     assert _delivery_error(_conf(secure, BOB), BOB_TOPIC) is None  # bob's prefix
-    assert "Principal = User:bob is Denied operation = WRITE" in secure.process.log
+    assert secure.logged("Principal = User:bob is Denied operation = WRITE")
 
 
 def test_kafka_python_sees_the_same_denial(secure: SecureBroker) -> None:

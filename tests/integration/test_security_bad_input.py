@@ -153,7 +153,7 @@ def test_a_tls_handshake_of_garbage_closes_only_that_connection(
                 pass  # an alert, perhaps, then EOF
         except ConnectionResetError:
             pass
-    assert "SSL handshake failed" in secure.process.log
+    assert secure.logged("SSL handshake failed")
     _still_serving(secure)
 
 

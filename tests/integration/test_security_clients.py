@@ -196,7 +196,7 @@ def test_a_wrong_password_gets_nothing_and_others_are_still_served(secure: Secur
     )
     assert error.code() == KafkaError._AUTHENTICATION, error
     assert "Authentication failed" in error.str()
-    assert "Failed authentication of User:alice" in secure.process.log
+    assert secure.logged("Failed authentication of User:alice")
     # The broker goes on serving a client with the right password.
     conf = secure.confluent("SASL_SSL", *ALICE)
     assert _confluent_round_trip(conf, _unique("alice-t-")) == [b"v0", b"v1", b"v2"]
@@ -211,7 +211,7 @@ def test_an_unknown_user_and_an_unenabled_mechanism_are_refused(secure: SecureBr
     conf["enable.sasl.oauthbearer.unsecure.jwt"] = True
     error = _produce_error(conf, "alice-x")
     assert error.code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT), error
-    assert "Failed authentication" in secure.process.log
+    assert secure.logged("Failed authentication")
 
 
 def test_a_client_with_an_untrusted_certificate_is_refused(
@@ -228,7 +228,7 @@ def test_a_client_with_an_untrusted_certificate_is_refused(
     }
     error = _produce_error(conf, "alice-x")
     assert error.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
-    assert "SSL handshake failed" in secure.process.log
+    assert secure.logged("SSL handshake failed")
 
 
 def test_a_client_that_does_not_trust_the_broker_fails_cleanly(

@@ -82,4 +82,4 @@ def test_a_client_that_does_not_re_authenticate_is_disconnected_at_expiry(
             await producer.stop()
 
     asyncio.run(run())
-    assert "SASL session expired" in secure.process.log[mark:]
+    assert secure.logged("SASL session expired", since=mark)

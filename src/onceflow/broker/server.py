@@ -91,7 +91,10 @@ class TlsAcceptor(asyncio.Protocol):
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
             )
         except (OSError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
-            audit.info("Failed authentication with %s (SSL handshake failed: %s)", peer, exc)
+            if isinstance(exc, (ssl.SSLError, TimeoutError)):
+                audit.info("Failed authentication with %s (SSL handshake failed: %s)", peer, exc)
+            else:  # closed before a handshake began: a port probe, not a failed login
+                log.debug("connection from %s closed during the TLS handshake: %r", peer, exc)
             transport.abort()
             return
         if tls is None:  # the client went away during the handshake
