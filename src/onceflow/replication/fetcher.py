@@ -128,7 +128,12 @@ class ReplicaFetcher:
                 raise
             except BrokerUnreachable as exc:
                 log.info("replica fetcher for broker %d: %s", self.leader_id, exc)
-                progressed = False
+                # The whole backoff, even if partitions are added meanwhile: they would meet
+                # the same refusal, and a starting broker adds its partitions one by one (a
+                # wrong inter-broker password cost the leader a TLS handshake and a failed
+                # login per partition).
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                continue
             except Exception:
                 log.exception("replica fetcher for broker %d failed a round", self.leader_id)
                 progressed = False
