@@ -70,7 +70,9 @@ def create_topic(
 
 
 def registration(broker_id: int) -> BrokerRegistration:
-    return BrokerRegistration(broker_id, "127.0.0.1", 9090 + broker_id, 1_700_000_000_000)
+    port = 9090 + broker_id
+    endpoints = (("PLAINTEXT", "PLAINTEXT", "127.0.0.1", port),)
+    return BrokerRegistration(broker_id, "127.0.0.1", port, 1_700_000_000_000, endpoints)
 
 
 def test_a_broker_is_registered_while_its_session_lives(zk: ZooKeeperEnsemble) -> None:

@@ -26,6 +26,9 @@ class ZkSecurityStore:
     def __init__(self, store: ZkMetadataStore, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.loop = loop
+        # The newest znode version applied per path: a watch event that arrives after this
+        # broker's own, newer write must not bring the older set back.
+        self._applied: dict[str, int] = {}
 
     def load(self) -> tuple[frozenset[AclBinding], Credentials]:
         acls = self.store.read(SECURITY_ACLS)
@@ -58,7 +61,8 @@ class ZkSecurityStore:
         def apply(raw: bytes | None) -> bytes:
             return encode(change(empty if raw is None else decode(raw)))
 
-        written = await asyncio.to_thread(self.store.update, path, apply)
+        written, version = await asyncio.to_thread(self.store.update, path, apply)
+        self._applied[path] = max(version, self._applied.get(path, -1))
         return decode(written)
 
     def watch(
@@ -68,13 +72,24 @@ class ZkSecurityStore:
     ) -> None:
         """Call back on the event loop with each new set, whoever changed it."""
 
-        def acls_changed(data: bytes | None, _version: int) -> bool:
-            self.loop.call_soon_threadsafe(on_acls, decode_bindings(data) if data else frozenset())
+        def acls_changed(data: bytes | None, version: int) -> bool:
+            value = decode_bindings(data) if data else frozenset()
+            self.loop.call_soon_threadsafe(self._deliver, SECURITY_ACLS, version, on_acls, value)
             return True
 
-        def credentials_changed(data: bytes | None, _version: int) -> bool:
-            self.loop.call_soon_threadsafe(on_credentials, decode_credentials(data) if data else {})
+        def credentials_changed(data: bytes | None, version: int) -> bool:
+            value = decode_credentials(data) if data else {}
+            self.loop.call_soon_threadsafe(
+                self._deliver, SECURITY_CREDENTIALS, version, on_credentials, value
+            )
             return True
 
         self.store.watch_data(SECURITY_ACLS, acls_changed)
         self.store.watch_data(SECURITY_CREDENTIALS, credentials_changed)
+
+    def _deliver(self, path: str, version: int, deliver: Callable[[T], None], value: T) -> None:
+        newest = self._applied.get(path, -1)
+        if version != -1 and version <= newest:
+            return  # this broker already applied this version or a newer one
+        self._applied[path] = max(version, newest)
+        deliver(value)

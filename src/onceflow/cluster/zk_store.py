@@ -149,21 +149,21 @@ class ZkMetadataStore:
             return None
         return bytes(raw), int(stat.version)
 
-    def update(self, path: str, change: Callable[[bytes | None], bytes]) -> bytes:
+    def update(self, path: str, change: Callable[[bytes | None], bytes]) -> tuple[bytes, int]:
         """Replace a znode's data with `change(current)` (None: absent) atomically: on a
         concurrent change by another broker, read again and retry. Returns what was
-        written. Blocking: call it from a thread."""
+        written and its znode version. Blocking: call it from a thread."""
         while True:
             current = self.read(path)
             data = change(None if current is None else current[0])
             try:
                 if current is None:
                     self._zk.create(path, data, makepath=True)
-                else:
-                    self._zk.set(path, data, version=current[1])
+                    return data, 0
+                stat = self._zk.set(path, data, version=current[1])
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue
-            return data
+            return data, int(stat.version)
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         try:
