@@ -19,9 +19,9 @@ from onceflow.broker.cluster_mode import ClusterMode, PartitionView
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
-from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.clock import Clock, SystemClock
+from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry, decode_entries
