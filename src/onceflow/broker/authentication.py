@@ -133,6 +133,11 @@ class ConnectionAuth:
         return ErrorCode.none, None, response, lifetime_ms
 
     @property
+    def mechanism(self) -> str:
+        """The mechanism of the exchange under way (or the last one)."""
+        return self._mechanism
+
+    @property
     def failed(self) -> bool:
         """True once authentication failed: the connection closes after its answer."""
         return self.state is AuthState.FAILED
