@@ -532,6 +532,26 @@ class Broker:
         if not validate_only:
             self.logs.add_partitions(name, total)
 
+    async def alter_topic_configs(
+        self,
+        name: str,
+        change: Callable[[dict[str, str]], dict[str, str]],
+        validate_only: bool,
+    ) -> None:
+        """Replace a topic's overrides with `change(current)`, checked as Kafka checks them:
+        INVALID_CONFIG before UNKNOWN_TOPIC_OR_PARTITION. On a cluster the new overrides go
+        to ZooKeeper and every broker applies them from its watch."""
+        if self.cluster is not None:
+            await self.cluster.alter_topic_configs(name, change, validate_only)
+            return
+        current = self.topic_configs(name)
+        configs = change(current or {})
+        self.log_config(configs)
+        if current is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        if not validate_only:
+            self.logs.update_topic_configs(name, configs)
+
     def _check_auto_create(self, name: str) -> None:
         """Kafka's auto.create.topics.enable, never for internal topics; logs the creation."""
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:

@@ -22,6 +22,7 @@ from onceflow.cluster.metadata import MetadataCache, TopicMetadata
 from onceflow.cluster.replica_manager import ReplicaManager, ReplicationSettings
 from onceflow.cluster.zk_store import (
     MetadataStoreError,
+    NoSuchTopic,
     TopicExists,
     ZkMetadataStore,
 )
@@ -338,6 +339,37 @@ class ClusterMode:
         except MetadataStoreError as exc:
             raise KafkaError(ErrorCode.invalid_partitions, str(exc)) from exc
         await self.wait_for_leaders(name, total)
+
+    async def alter_topic_configs(
+        self, name: str, change: Callable[[dict[str, str]], dict[str, str]], validate_only: bool
+    ) -> None:
+        """New overrides by compare-and-set on the topic's config znode; every broker (this
+        one included) applies them from its watch. Waits, bounded, until this broker has,
+        so a DescribeConfigs sent here next shows them."""
+
+        def checked(current: dict[str, str]) -> dict[str, str]:
+            configs = change(current)
+            self.broker.log_config(configs)  # INVALID_CONFIG before anything is written
+            return configs
+
+        store = self.link.store
+        try:
+            version = await asyncio.to_thread(
+                store.update_topic_configs, name, checked, not validate_only
+            )
+        except NoSuchTopic as exc:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, str(exc)) from exc
+        except MetadataStoreError as exc:
+            raise KafkaError(ErrorCode.unknown_server_error, str(exc)) from exc
+        if validate_only:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CREATE_WAIT_S
+        while loop.time() < deadline:
+            meta = self.cache.topics.get(name)
+            if meta is None or meta.config_version >= version:
+                return
+            await asyncio.sleep(0.02)
 
     async def delete_topic(self, name: str) -> None:
         try:

@@ -12,6 +12,7 @@ loop, where the cache is updated and the broker is told.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +31,9 @@ from onceflow.cluster.znodes import (
     PartitionState,
     decode_assignment,
     decode_controller,
+    decode_topic_config,
     partition_state_path,
+    topic_config_path,
     topic_path,
 )
 
@@ -40,7 +43,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class MetadataChange:
     """What changed: "brokers", "controller", "topic" (assignment, configs or deletion),
-    "partition" (a partition's state) or "session" (lost, then renewed)."""
+    "configs" (a topic's config overrides alone), "partition" (a partition's state) or
+    "session" (lost, then renewed)."""
 
     kind: str
     topic: str = ""
@@ -66,6 +70,7 @@ class ClusterLink:
         self._lock = threading.Lock()
         self._topic_generation: dict[str, int] = {}  # watches of an older generation end
         self._watched_partitions: set[tuple[str, int, int]] = set()
+        self._watched_configs: set[tuple[str, int]] = set()
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -157,19 +162,48 @@ class ClusterLink:
                 return False
             try:
                 topic_id, assignment = decode_assignment(topic, raw)
-                configs = self.store.topic_configs(topic)
+                configs, config_version = self.store.topic_configs(topic)
             except CorruptZnode as exc:
                 log.warning("%s", exc)
                 return True
             meta = TopicMetadata(
-                topic, topic_id, {p: tuple(r) for p, r in assignment.items()}, configs
+                topic,
+                topic_id,
+                {p: tuple(r) for p, r in assignment.items()},
+                configs,
+                config_version,
             )
             self._post(lambda: self._set_topic(meta))
             for partition in assignment:
                 self._watch_partition(topic, partition, generation)
+            self._watch_configs(topic, generation)
             return True
 
         self.store.watch_data(topic_path(topic), changed)
+
+    def _watch_configs(self, topic: str, generation: int) -> None:
+        """A topic's config overrides, changed by AlterConfigs on any broker."""
+        with self._lock:
+            if (topic, generation) in self._watched_configs:
+                return
+            self._watched_configs.add((topic, generation))
+
+        def changed(raw: bytes | None, version: int) -> bool:
+            with self._lock:
+                if self._closed or self._topic_generation.get(topic) != generation:
+                    self._watched_configs.discard((topic, generation))
+                    return False
+            if raw is None:
+                return True
+            try:
+                configs = decode_topic_config(topic, raw)
+            except CorruptZnode as exc:
+                log.warning("%s", exc)
+                return True
+            self._post(lambda: self._set_configs(topic, configs, version))
+            return True
+
+        self.store.watch_data(topic_config_path(topic), changed)
 
     def _watch_partition(self, topic: str, partition: int, generation: int) -> None:
         with self._lock:
@@ -238,8 +272,24 @@ class ClusterLink:
                 time.sleep(1.0)
 
     def _set_topic(self, meta: TopicMetadata) -> MetadataChange:
+        known = self.cache.topics.get(meta.name)
+        if known is not None and known.config_version > meta.config_version:
+            meta = dataclasses.replace(
+                meta, configs=known.configs, config_version=known.config_version
+            )
         self.cache.topics[meta.name] = meta
         return MetadataChange("topic", meta.name)
+
+    def _set_configs(
+        self, topic: str, configs: dict[str, str], version: int
+    ) -> MetadataChange | None:
+        known = self.cache.topics.get(topic)
+        if known is None or known.config_version >= version:
+            return None  # gone, or a newer read is applied already
+        self.cache.topics[topic] = dataclasses.replace(
+            known, configs=configs, config_version=version
+        )
+        return MetadataChange("configs", topic)
 
     def _drop_topic(self, topic: str) -> MetadataChange:
         self.cache.drop_topic(topic)

@@ -15,6 +15,7 @@ class TopicMetadata:
     topic_id: str
     assignment: dict[int, tuple[int, ...]]  # partition -> replicas, preferred leader first
     configs: dict[str, str]
+    config_version: int = -1  # the config znode's version the configs were read at
 
     @property
     def partitions(self) -> int:

@@ -91,6 +91,23 @@ class ReplicaManager:
             self._reconcile_one(change.topic, change.partition)  # the common change
         elif change.kind in ("topic", "brokers"):
             self.reconcile()
+        if change.kind in ("topic", "configs"):
+            self._apply_configs(change.topic)
+
+    def _apply_configs(self, topic: str) -> None:
+        """The topic's overrides from ZooKeeper, applied to the logs and replicas here."""
+        meta = self.link.cache.topics.get(topic)
+        if meta is None or topic not in self.logs.topics:
+            return
+        try:
+            self.logs.update_topic_configs(topic, meta.configs)
+        except Exception as exc:  # refused, or the topics file cannot be written
+            log.warning("configs of %s not applied here: %s", topic, exc)
+            return
+        min_isr = self.min_isr_for(topic, meta.configs)
+        for (name, _), partition in self.partitions.items():
+            if name == topic:
+                partition.min_insync_replicas = min_isr
 
     def reconcile(self) -> None:
         cache = self.link.cache

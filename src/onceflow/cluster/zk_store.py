@@ -8,7 +8,7 @@ with a check that `/controller_epoch` is still the version it wrote when it was 
 therefore cannot write: its check fails and it learns it is fenced.
 
 Errors are few and named: ZooKeeperUnavailable (cannot connect in time), DuplicateBroker,
-TopicExists, StaleVersion (lost a compare-and-set) and ControllerFenced.
+TopicExists, NoSuchTopic, StaleVersion (lost a compare-and-set) and ControllerFenced.
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ class DuplicateBroker(MetadataStoreError):
 
 
 class TopicExists(MetadataStoreError):
+    pass
+
+
+class NoSuchTopic(MetadataStoreError):
     pass
 
 
@@ -165,12 +169,42 @@ class ZkMetadataStore:
                 continue
             return data, int(stat.version)
 
-    def topic_configs(self, topic: str) -> dict[str, str]:
-        try:
-            raw, _ = self._zk.get(topic_config_path(topic))
-        except NoNodeError:
-            return {}
-        return decode_topic_config(topic, raw)
+    def topic_configs(self, topic: str) -> tuple[dict[str, str], int]:
+        """A topic's config overrides and their znode version (-1: none written)."""
+        found = self.read(topic_config_path(topic))
+        if found is None:
+            return {}, -1
+        return decode_topic_config(topic, found[0]), found[1]
+
+    def update_topic_configs(
+        self, topic: str, change: Callable[[dict[str, str]], dict[str, str]], write: bool
+    ) -> int:
+        """Replace a topic's overrides with `change(current)` (which raises to refuse them)
+        by compare-and-set, retried on a concurrent change; return the new znode version.
+        Without `write`, only check. NoSuchTopic after `change` when the topic does not
+        exist (Kafka validates configs before it looks the topic up)."""
+        path = topic_config_path(topic)
+        while True:
+            found = self.read(path)
+            configs = change({} if found is None else decode_topic_config(topic, found[0]))
+            if self._zk.exists(topic_path(topic)) is None:
+                raise NoSuchTopic(f"no topic '{topic}'")
+            if not write:
+                return -1 if found is None else found[1]
+            txn = self._zk.transaction()
+            txn.check(topic_path(topic), -1)  # any version: the topic still exists
+            if found is None:
+                txn.create(path, encode_topic_config(configs))
+            else:
+                txn.set_data(path, encode_topic_config(configs), version=found[1])
+            results = txn.commit()
+            index, error = _failure(results)
+            if error is None:
+                return 0 if found is None else int(results[1].version)
+            if index == 0:
+                raise NoSuchTopic(f"no topic '{topic}'")
+            if not isinstance(error, (BadVersionError, NodeExistsError, NoNodeError)):
+                raise MetadataStoreError(f"configs of '{topic}': {error!r}")
 
     def reregister_broker(self, registration: BrokerRegistration) -> None:
         """After a lost session: the ephemeral registration again (it may still be there

@@ -260,6 +260,27 @@ class LogManager:
                 self.fs.rmtree(partition_dir(self.log_dir, name, p))
             raise _metadata_failure(exc, f"add partitions to '{name}'") from exc
 
+    def update_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace a topic's config overrides (AlterConfigs, or the cluster's new ones) and
+        apply them to its open logs: retention, roll, cleanup and append checks read the
+        new values from their next use. Bad configs are refused before anything is written;
+        the topics file is written before any log changes."""
+        info = self.topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        config = self.config_factory(configs)
+        if dict(configs) != info.configs:
+            saved, info.configs = info.configs, dict(configs)
+            try:
+                self._write_topics()
+            except OSError as exc:
+                info.configs = saved
+                raise _metadata_failure(exc, f"update configs of '{name}'") from exc
+        for partition in info.hosted_partitions():
+            plog = self.logs.get((name, partition))
+            if plog is not None:
+                plog.config = config
+
     def delete_topic(self, name: str) -> None:
         info = self.topics.pop(name, None)
         if info is None:
