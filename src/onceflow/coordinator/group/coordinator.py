@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.deletion import GroupDeleter
 from onceflow.coordinator.group.join import Joiner, JoinRequest
 from onceflow.coordinator.group.log import OffsetsLog
 from onceflow.coordinator.group.manager import GroupMetadataManager
@@ -93,6 +94,7 @@ class GroupCoordinator:
         self._manager = GroupMetadataManager(log, clock, self.config, serve_all=serve_all)
         self._partitions = self._manager.partitions
         self._rebalancer = Rebalancer(clock, self.config, self._manager)
+        self._deleter = GroupDeleter(clock, self._manager)
         self._joiner = Joiner(
             clock,
             self.config,
@@ -528,6 +530,22 @@ class GroupCoordinator:
         wanted = None if partitions is None else list(partitions)
         fetched = self._manager.fetch_offsets(group_id, wanted, require_stable=require_stable)
         return OffsetFetchResult(ErrorCode.none, fetched)
+
+    # -- DeleteGroups and OffsetDelete
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        """Delete Empty groups with their offsets (tombstones); a code per distinct id."""
+        return await self._deleter.delete_groups(
+            group_ids, lambda g: self._status_error(g, allow_empty_id=True)
+        )
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: remove the group's offsets of topics it does not subscribe to."""
+        return await self._deleter.delete_offsets(
+            group_id, partitions, lambda g: self._status_error(g, allow_empty_id=False)
+        )
 
     # -- DescribeGroups and ListGroups
 

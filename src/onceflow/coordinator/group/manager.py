@@ -215,13 +215,22 @@ class GroupMetadataManager:
 
     # -- writing
 
-    async def _append(self, group_id: str, records: Sequence[KeyValue]) -> int:
+    async def _append(
+        self,
+        group_id: str,
+        records: Sequence[KeyValue],
+        before: Callable[[int], object] | None = None,
+    ) -> int:
         """Append one batch to the group's partition; returns the first record's sequence.
 
         Sequences are taken before the await, so they follow the order appends were issued,
-        which is the order the log applies them in.
+        which is the order the log applies them in. `before(seq)` changes the cache at that
+        same point, before anything else can run (deletions apply there, as Kafka applies a
+        write's records when it issues it).
         """
         seq = self._take_seq(len(records))
+        if before is not None:
+            before(seq)
         batch = encode_batch(records, self._clock.now_ms())
         partition = self.partition_for(group_id)
         await self._logged(partition, self._log.append(partition, batch), group_id)
@@ -247,6 +256,28 @@ class GroupMetadataManager:
                 del self._appending[partition]
             done.set_result(None)
         self._write_failures.succeeded()
+
+    async def append_records(
+        self,
+        group_id: str,
+        records: Sequence[KeyValue],
+        before: Callable[[int], object] | None = None,
+    ) -> None:
+        """Append records (tombstones) to the group's partition, calling `before(seq)` with
+        the first record's sequence once it is taken and before any other request runs.
+        Raises as the log does."""
+        await self._append(group_id, records, before)
+
+    def remove(self, group: GroupMetadata) -> None:
+        """Drop a deleted group from the cache, if it is still the cached one."""
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def reinstate(self, dead: GroupMetadata, revived: GroupMetadata) -> None:
+        """Put `revived` in the place of `dead` (a deletion whose tombstones were never
+        written), unless the cache moved on: the partition was unloaded meanwhile."""
+        if self.groups.get(dead.group_id) is dead:
+            self.groups[dead.group_id] = revived
 
     async def store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> ErrorCode:
         """Persist the group as it is now, with these assignments; NONE once durable."""
@@ -506,6 +537,9 @@ class _Replay:
                     self.pending.setdefault(entry.producer_id, {})[key] = value
                 else:
                     self.offsets[key] = value
+                    if value is None:  # as in Kafka: a tombstone ends pending commits too
+                        for pending in self.pending.values():
+                            pending.pop(key, None)
             elif isinstance(key, GroupKey):
                 self.groups[key.group] = (
                     None if entry.value is None else decode_group_value(entry.value)

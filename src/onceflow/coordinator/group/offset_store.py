@@ -11,12 +11,16 @@ A transactional append still in flight is a TxnAppend. If the transaction ends w
 in flight (the coordinator aborted it on a timeout, say), the outcome is kept on it and
 applied when the append finishes, so the offsets never linger as pending for a transaction
 that is already over.
+
+A deleted partition (OffsetDelete, DeleteGroups) remembers its tombstone's position until a
+newer commit lands: a commit or transactional commit whose record came before the tombstone,
+still in flight when the deletion was made, must not bring the offset back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onceflow.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
 
@@ -25,6 +29,16 @@ from onceflow.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
 class CommittedOffset:
     value: OffsetAndMetadata
     log_seq: int  # order of its record in the group's __consumer_offsets partition
+
+
+@dataclass(slots=True)
+class Deleted:
+    """What a tombstone took from one partition, to put back if it is never written."""
+
+    tp: TopicPartition
+    seq: int
+    committed: CommittedOffset | None
+    pending: dict[int, CommittedOffset] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -45,6 +59,8 @@ class GroupOffsets:
         # producer id -> offsets written inside its open transaction.
         self.pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = {}
         self._txn_appends: list[TxnAppend] = []
+        # Partitions deleted by a tombstone at this position: older records never come back.
+        self._deleted: dict[TopicPartition, int] = {}
 
     def get(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         entry = self.committed.get(tp)
@@ -81,10 +97,13 @@ class GroupOffsets:
             self.put(tp, entry)
 
     def put(self, tp: TopicPartition, entry: CommittedOffset) -> None:
-        """Install an offset unless a newer record already set this partition."""
+        """Install an offset unless a newer record (or tombstone) already set this partition."""
+        if entry.log_seq < self._deleted.get(tp, -1):
+            return
         current = self.committed.get(tp)
         if current is None or current.log_seq < entry.log_seq:
             self.committed[tp] = entry
+            self._deleted.pop(tp, None)
 
     def remove(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         for offsets in self.pending_txn.values():
@@ -92,9 +111,48 @@ class GroupOffsets:
         entry = self.committed.pop(tp, None)
         return None if entry is None else entry.value
 
+    # -- deletion: OffsetDelete and DeleteGroups
+
+    def partitions(self) -> set[TopicPartition]:
+        """Every partition with an offset: committed, being written, or in a transaction."""
+        out = set(self.committed) | set(self._in_flight)
+        for offsets in self.pending_txn.values():
+            out.update(offsets)
+        for append in self._txn_appends:
+            out.update(append.offsets)
+        return out
+
+    def has_offset(self, tp: TopicPartition) -> bool:
+        """Committed, being written or pending in a transaction: Kafka, whose cache holds a
+        commit from the moment it is written, writes a tombstone for any of them."""
+        return tp in self.partitions()
+
+    def delete(self, tp: TopicPartition, seq: int) -> Deleted:
+        """Apply a tombstone at log position `seq`: the partition's committed and pending
+        offsets go, and records older than it that are still being written stay out."""
+        removed = Deleted(tp, seq, self.committed.pop(tp, None))
+        for producer_id, offsets in self.pending_txn.items():
+            entry = offsets.pop(tp, None)
+            if entry is not None:
+                removed.pending[producer_id] = entry
+        self._deleted[tp] = max(seq, self._deleted.get(tp, -1))
+        return removed
+
+    def undelete(self, removed: Deleted) -> None:
+        """Take back a deletion whose tombstone was never written (its append failed)."""
+        if self._deleted.get(removed.tp) == removed.seq:
+            del self._deleted[removed.tp]
+        if removed.committed is not None:
+            self.put(removed.tp, removed.committed)
+        for producer_id, entry in removed.pending.items():
+            if producer_id in self.pending_txn:  # else its marker came meanwhile
+                self.pending_txn[producer_id].setdefault(removed.tp, entry)
+
     # -- transactional commits: TxnOffsetCommit, then the transaction's marker
 
     def add_pending_txn(self, producer_id: int, tp: TopicPartition, entry: CommittedOffset) -> None:
+        if entry.log_seq < self._deleted.get(tp, -1):
+            return  # written before a tombstone of its partition: its commit changes nothing
         self.pending_txn.setdefault(producer_id, {})[tp] = entry
 
     def begin_txn_append(

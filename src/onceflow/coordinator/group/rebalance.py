@@ -214,7 +214,8 @@ class Rebalancer:
             for group, record in pending:
                 # Not for a group whose partition was unloaded meanwhile: its record could
                 # land behind a reload's back (or in a partition another broker leads).
-                if self._manager.is_current(group):
+                # Nor for one deleted meanwhile: the record would undo its tombstone.
+                if self._manager.is_current(group) and not group.is_(GroupState.DEAD):
                     await self._manager.store_group_record(group.group_id, record)
 
     def close(self, group: GroupMetadata) -> None:

@@ -1,0 +1,119 @@
+"""DeleteGroups, OffsetDelete and DeleteRecords handlers on a real in-process Broker: Kafka's
+ACL checks (the fake authorizer of test_handler_authorization), error codes and levels, and
+every response encoded at its version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.unit.test_handler_authorization import (
+    GROUP_DENIED,
+    OPEN,
+    SECRET,
+    TOPIC_DENIED,
+    Harness,
+    nested,
+    partition_errors,
+    run,
+    topic,
+)
+
+from onceflow.coordinator.group import OffsetCommitEntry, TopicPartition
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation, ResourceType
+
+Op = AclOperation
+R = ResourceType
+
+
+def group(op: AclOperation, name: str) -> tuple[AclOperation, ResourceType, str]:
+    return (op, R.GROUP, name)
+
+
+async def commit(h: Harness, group_id: str, *tps: tuple[str, int]) -> None:
+    entries = {TopicPartition(t, p): OffsetCommitEntry(5) for t, p in tps}
+    codes = await h.broker.group_coordinator.commit_offsets(group_id, "", -1, entries)
+    assert set(codes.values()) == {ErrorCode.none}
+
+
+def committed(h: Harness, group_id: str) -> set[tuple[str, int]]:
+    result = h.broker.group_coordinator.fetch_offsets(group_id, None)
+    return {(tp.topic, tp.partition) for tp in result.partitions}
+
+
+# ---- DeleteGroups ----------------------------------------------------------------------
+
+
+def test_delete_groups_needs_delete_on_each_group(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await commit(h, "a", (OPEN, 0))
+        await commit(h, "b", (OPEN, 0))
+        h.acl.grant(group(Op.DELETE, "a"), group(Op.DELETE, "ghost"))
+        for version in (0, 1, 2):
+            response = await h.call(
+                ApiKey.DELETE_GROUPS, version, groups_names=("a", "b", "ghost", "a")
+            )
+            codes = {r.group_id: r.error_code for r in response.results}
+            assert codes == {
+                "a": ErrorCode.none if version == 0 else ErrorCode.group_id_not_found,
+                "b": GROUP_DENIED,
+                "ghost": ErrorCode.group_id_not_found,
+            }
+            assert len(response.results) == 3
+        assert committed(h, "a") == set() and committed(h, "b") == {(OPEN, 0)}
+        asked = [c for c in h.acl.calls if c[1] is R.GROUP]
+        assert asked.count(group(Op.DELETE, "a")) == 3  # once per request, not per mention
+
+    run(tmp_path, body)
+
+
+# ---- OffsetDelete ----------------------------------------------------------------------
+
+
+def offset_delete_fields(group_id: str, partitions: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "topics": tuple(
+            nested(
+                ApiKey.OFFSET_DELETE,
+                0,
+                "OffsetDeleteRequestTopic",
+                name=name,
+                partitions=tuple(
+                    nested(
+                        ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=p
+                    )
+                    for p in parts
+                ),
+            )
+            for name, parts in partitions.items()
+        ),
+    }
+
+
+def test_offset_delete_needs_delete_on_the_group_then_read_on_topics(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await commit(h, "g", (OPEN, 0), (OPEN, 1), (SECRET, 0))
+        fields = offset_delete_fields("g", {OPEN: (0, 7), SECRET: (0,), "ghost": (0,)})
+        refused = await h.call(ApiKey.OFFSET_DELETE, 0, **fields)
+        assert (refused.error_code, refused.topics) == (GROUP_DENIED, ())
+        assert h.acl.calls == [group(Op.DELETE, "g")]  # no topic asked about
+        h.acl.grant(group(Op.DELETE, "g"), topic(Op.READ), topic(Op.READ, "ghost"))
+        response = await h.call(ApiKey.OFFSET_DELETE, 0, **fields)
+        assert response.error_code == ErrorCode.none
+        assert partition_errors(response.topics) == {
+            (OPEN, 0): ErrorCode.none,
+            (OPEN, 7): ErrorCode.unknown_topic_or_partition,
+            (SECRET, 0): TOPIC_DENIED,
+            ("ghost", 0): ErrorCode.unknown_topic_or_partition,
+        }
+        assert committed(h, "g") == {(OPEN, 1), (SECRET, 0)}
+        h.acl.grant(group(Op.DELETE, "nobody"))
+        missing = await h.call(
+            ApiKey.OFFSET_DELETE, 0, **offset_delete_fields("nobody", {OPEN: (0,)})
+        )
+        assert (missing.error_code, missing.topics) == (ErrorCode.group_id_not_found, ())
+
+    run(tmp_path, body)
