@@ -40,6 +40,7 @@ from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
 __all__ = [
     "BROKER_CONFIG_KEYS",
     "CONFIG_DOCS",
+    "DYNAMIC_BROKER_KEYS",
     "IGNORED_BROKER_KEYS",
     "TOPIC_CONFIG_DOCS",
     "TOPIC_CONFIG_KEYS",
@@ -53,8 +54,10 @@ __all__ = [
     "ConfigType",
     "Listener",
     "TopicConfig",
+    "alter_broker_settings",
     "alter_topic_overrides",
     "broker_config_from_properties",
+    "check_dynamic_broker_config",
     "describe_broker_config",
     "describe_topic_config",
     "load_broker_config",
@@ -928,6 +931,9 @@ class BrokerConfig:
     #: The Kafka keys this config was loaded from and their values (normalised), for
     #: DescribeConfigs. Not part of equality: two configs with the same values are equal.
     settings: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    #: The dynamic broker configs on top (AlterConfigs): cluster-wide, then this broker's.
+    dynamic_default: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    dynamic_broker: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for attr, group in _BROKER_GROUPS.items():
@@ -1001,6 +1007,26 @@ class BrokerConfig:
     def topic_config(self, overrides: Mapping[str, str | None]) -> TopicConfig:
         """The config of a topic with these (persisted) overrides; raises ConfigError."""
         return self.topic_defaults().with_overrides(overrides)
+
+    def with_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
+        """This (static) config under dynamic broker configs, Kafka's precedence: this
+        broker's, then the cluster-wide default, then static; within one of them the first
+        synonym of a group (log.retention.ms before .hours). Raises ConfigError."""
+        check_dynamic_broker_config(default)
+        check_dynamic_broker_config(broker)
+        changes: dict[str, Any] = {}
+        for attr in _DYNAMIC_ATTRS:
+            for layer in (broker, default):
+                spec = next((s for s in _BROKER_GROUPS[attr] if s.name in layer), None)
+                if spec is not None:
+                    changes[attr] = spec.effective(spec.parse(layer[spec.name]))
+                    break
+        return dataclasses.replace(
+            self,
+            **changes,
+            dynamic_default=tuple(sorted(default.items())),
+            dynamic_broker=tuple(sorted(broker.items())),
+        )
 
 
 def _check_listeners(cfg: BrokerConfig) -> None:
@@ -1334,23 +1360,83 @@ def alter_topic_overrides(
     broker's own log.* default was changed, and then contradicts what DescribeConfigs showed).
     The result is not validated: `BrokerConfig.topic_config` does that.
     """
-    result = dict(overrides)
+
+    def current(key: str, op: AlterConfigOp) -> str:
+        spec = _TOPIC_BY_NAME.get(key)
+        if spec is None or spec.kind.config_type is not ConfigType.LIST:
+            raise ConfigError(f"Can't {op.name} to key {key} because its type is not LIST.", key)
+        return _render(spec.kind, getattr(topic, spec.attr)) or ""
+
+    return _apply_ops(overrides, ops, current)
+
+
+#: The broker keys AlterConfigs may change at runtime, cluster-wide or per broker: the
+#: defaults of the topic-level keys (Kafka's DynamicLogConfig). Kafka's other dynamic keys
+#: tune parts Onceflow does not have (thread pools, listeners reloaded in place).
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
+    spec.name for topic_key in _TOPIC_KEYS for spec in topic_key.broker_keys
+)
+_DYNAMIC_ATTRS: tuple[str, ...] = tuple(dict.fromkeys(t.broker_attr for t in _TOPIC_KEYS))
+
+
+def check_dynamic_broker_config(settings: Mapping[str, str]) -> None:
+    """Kafka's DynamicBrokerConfig.validateConfigs for Onceflow's keys: ConfigError for keys
+    that cannot change at runtime (Kafka's message), for unknown keys (Kafka would keep
+    them, doing nothing with them), and for bad values."""
+    fixed = [
+        key
+        for key in settings
+        if key not in DYNAMIC_BROKER_KEYS
+        and (
+            key in _BROKER_BY_NAME or key in IGNORED_BROKER_KEYS or key.startswith(_LISTENER_PREFIX)
+        )
+    ]
+    if fixed:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+    for key, raw in settings.items():
+        if key not in DYNAMIC_BROKER_KEYS:
+            raise ConfigError(
+                f"Unknown broker config name: {key}{_suggestion(key, DYNAMIC_BROKER_KEYS)}", key
+            )
+        _BROKER_BY_NAME[key].parse(raw)
+
+
+def alter_broker_settings(
+    cfg: BrokerConfig,
+    settings: Mapping[str, str],
+    ops: Iterable[tuple[str, AlterConfigOp, str | None]],
+) -> dict[str, str]:
+    """One dynamic layer's `settings` after IncrementalAlterConfigs' `ops`, as Kafka's
+    prepareIncrementalConfigs applies them; APPEND and SUBTRACT only on LIST keys (starting
+    from `cfg`'s effective value, as for topics), else ConfigError. Not validated."""
+
+    def current(key: str, op: AlterConfigOp) -> str:
+        spec = _BROKER_BY_NAME.get(key)
+        if spec is None or spec.kind.config_type is not ConfigType.LIST:
+            verb = "append" if op is AlterConfigOp.APPEND else "subtract"
+            raise ConfigError(f"Config value {verb} is not allowed for config key: {key}", key)
+        return _render(spec.kind, getattr(cfg, spec.attr)) or ""
+
+    return _apply_ops(settings, ops, current)
+
+
+def _apply_ops(
+    settings: Mapping[str, str],
+    ops: Iterable[tuple[str, AlterConfigOp, str | None]],
+    list_value: Callable[[str, AlterConfigOp], str],
+) -> dict[str, str]:
+    """SET and DELETE keys; APPEND (items not there yet) and SUBTRACT items of list keys,
+    from the setting or else `list_value(key, op)`, which raises for a key that is no list."""
+    result = dict(settings)
     for key, op, value in ops:
         if op is AlterConfigOp.SET:
             result[key] = value or ""
         elif op is AlterConfigOp.DELETE:
             result.pop(key, None)
         else:
-            spec = _TOPIC_BY_NAME.get(key)
-            if spec is None or spec.kind.config_type is not ConfigType.LIST:
-                raise ConfigError(
-                    f"Can't {op.name} to key {key} because its type is not LIST.", key
-                )
-            current = result.get(key)
-            if current is None:
-                current = _render(spec.kind, getattr(topic, spec.attr)) or ""
-            items = [item.strip() for item in current.split(",") if item.strip()]
-            given = [item.strip() for item in (value or "").split(",")]
+            base = list_value(key, op)  # checks the key even when it is set
+            items = [i.strip() for i in result.get(key, base).split(",") if i.strip()]
+            given = [i.strip() for i in (value or "").split(",")]
             if op is AlterConfigOp.APPEND:
                 items += [item for item in dict.fromkeys(given) if item not in items]
             else:
@@ -1373,7 +1459,7 @@ def _broker_default(spec: _Key) -> str | None:
 _BROKER_FIELD_DEFAULTS: dict[str, Any] = {
     f.name: f.default
     for f in dataclasses.fields(BrokerConfig)
-    if f.name not in ("settings", "listener_settings")
+    if f.name not in ("settings", "listener_settings", "dynamic_default", "dynamic_broker")
 }
 
 #: (key, default, doc) for every broker key, in a sensible reading order, for the README.
@@ -1600,12 +1686,14 @@ def describe_broker_config(
     """DescribeConfigs entries for the broker, one per key Onceflow knows.
 
     `explicitly_set` names the keys the operator set (default: the keys `cfg` was loaded
-    from). Their source is STATIC_BROKER_CONFIG; the rest are DEFAULT_CONFIG. Broker configs
-    cannot be altered at runtime, so all are read-only. A synonym key (log.retention.hours)
-    that was not set has no value: the group's first key carries the effective one.
+    from). Their source is STATIC_BROKER_CONFIG, under the dynamic configs of `cfg` (this
+    broker's, then the cluster default); the rest are DEFAULT_CONFIG. Only the keys in
+    DYNAMIC_BROKER_KEYS are not read-only. A synonym key (log.retention.hours) that was not
+    set has no value: the group's first key carries the effective one.
     """
     explicit = {key for key, _ in cfg.settings} if explicitly_set is None else set(explicitly_set)
     raw = dict(cfg.settings)
+    dynamic = _dynamic_layers(cfg)
     entries: list[ConfigEntry] = []
     for attr, group in _BROKER_GROUPS.items():
         primary = group[0]
@@ -1613,34 +1701,44 @@ def describe_broker_config(
         if attr == "advertised_listeners":
             effective = cfg.effective_advertised_listeners()
         value = _render(primary.kind, effective)
-        set_keys = [spec for spec in group if spec.name in explicit]
+        read_only = primary.name not in DYNAMIC_BROKER_KEYS
         synonyms = [
+            ConfigSynonym(spec.name, layer[spec.name], source)
+            for layer, source in dynamic
+            for spec in group
+            if spec.name in layer
+        ]
+        synonyms += [
             ConfigSynonym(
                 spec.name,
                 raw.get(spec.name, value if spec is primary else None),
                 ConfigSource.STATIC_BROKER_CONFIG,
             )
-            for spec in set_keys
+            for spec in group
+            if spec.name in explicit
         ]
         synonyms.append(
             ConfigSynonym(primary.name, _broker_default(primary), ConfigSource.DEFAULT_CONFIG)
         )
-        source = ConfigSource.STATIC_BROKER_CONFIG if set_keys else ConfigSource.DEFAULT_CONFIG
-        entries.append(_entry(primary, value, source, synonyms, read_only=True))
+        entries.append(_entry(primary, value, synonyms[0].source, synonyms, read_only))
         for alias in group[1:]:
-            if alias.name in explicit:
-                alias_value = raw.get(alias.name)
-                alias_synonyms = [
-                    ConfigSynonym(alias.name, alias_value, ConfigSource.STATIC_BROKER_CONFIG)
-                ]
-                entries.append(
-                    _entry(
-                        alias, alias_value, ConfigSource.STATIC_BROKER_CONFIG, alias_synonyms, True
-                    )
-                )
+            own = [
+                ConfigSynonym(alias.name, layer[alias.name], source)
+                for layer, source in (*dynamic, (raw, ConfigSource.STATIC_BROKER_CONFIG))
+                if alias.name in layer and (layer is not raw or alias.name in explicit)
+            ]
+            if own:
+                entries.append(_entry(alias, own[0].value, own[0].source, own, read_only))
             else:
-                entries.append(_entry(alias, None, ConfigSource.DEFAULT_CONFIG, [], read_only=True))
+                entries.append(_entry(alias, None, ConfigSource.DEFAULT_CONFIG, [], read_only))
     return entries
+
+
+def _dynamic_layers(cfg: BrokerConfig) -> tuple[tuple[dict[str, str], ConfigSource], ...]:
+    return (
+        (dict(cfg.dynamic_broker), ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dict(cfg.dynamic_default), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+    )
 
 
 def describe_topic_config(
@@ -1657,7 +1755,11 @@ def describe_topic_config(
     source in precedence order, ending with the built-in default.
     """
     overridden = set(topic.overrides_dict() if overrides is None else overrides)
-    broker_raw = dict(broker.settings) if broker is not None else {}
+    levels = (
+        (*_dynamic_layers(broker), (dict(broker.settings), ConfigSource.STATIC_BROKER_CONFIG))
+        if broker is not None
+        else ()
+    )
     entries: list[ConfigEntry] = []
     for spec in _TOPIC_KEYS:
         value = _render(spec.kind, getattr(topic, spec.attr))
@@ -1665,9 +1767,10 @@ def describe_topic_config(
         if spec.name in overridden:
             synonyms.append(ConfigSynonym(spec.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
         synonyms.extend(
-            ConfigSynonym(bspec.name, broker_raw[bspec.name], ConfigSource.STATIC_BROKER_CONFIG)
+            ConfigSynonym(bspec.name, layer[bspec.name], source)
+            for layer, source in levels
             for bspec in spec.broker_keys
-            if bspec.name in broker_raw
+            if bspec.name in layer
         )
         primary = spec.broker_keys[0]
         synonyms.append(

@@ -13,6 +13,7 @@ from onceflow import config as config_module
 from onceflow.config import (
     BROKER_CONFIG_KEYS,
     CONFIG_DOCS,
+    DYNAMIC_BROKER_KEYS,
     TOPIC_CONFIG_DOCS,
     TOPIC_CONFIG_KEYS,
     BrokerConfig,
@@ -136,7 +137,12 @@ def test_config_docs_cover_every_attribute_once() -> None:
     assert len(keys) == len(set(keys)) == len(BROKER_CONFIG_KEYS)
     assert all(doc.doc.strip() for doc in CONFIG_DOCS)
     documented_attrs = {config_module._BROKER_BY_NAME[key].attr for key in keys}
-    fields = {f.name for f in dataclasses.fields(BrokerConfig)} - {"settings", "listener_settings"}
+    fields = {f.name for f in dataclasses.fields(BrokerConfig)} - {
+        "settings",
+        "listener_settings",
+        "dynamic_default",
+        "dynamic_broker",
+    }
     assert documented_attrs == fields
     defaults = {doc.key: doc.default for doc in CONFIG_DOCS}
     assert defaults["log.retention.ms"] == "604800000"
@@ -815,7 +821,9 @@ def test_describe_broker_sources_and_rendering() -> None:
     explicit = {"log.retention.hours", "auto.create.topics.enable", "log.dirs"}
     entries = by_name(describe_broker_config(cfg, explicit))
     assert set(entries) == BROKER_CONFIG_KEYS
-    assert all(entry.read_only for entry in entries.values())
+    assert all(
+        entry.read_only == (name not in DYNAMIC_BROKER_KEYS) for name, entry in entries.items()
+    )
 
     auto = entries["auto.create.topics.enable"]
     assert (auto.value, auto.source, auto.is_default) == ("false", 4, False)

@@ -16,6 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.cluster_mode import ClusterMode, PartitionView
+from onceflow.broker.dynamic_config import (
+    DynamicBrokerConfig,
+    LocalDynamicConfigStore,
+    ZkDynamicConfigStore,
+)
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
@@ -90,6 +95,10 @@ class Broker:
         )
         self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config, self.disk)
         self.logs.offline_listeners.append(self._log_offline)
+        # Dynamic broker configs (AlterConfigs on BROKER): rebuild self.config when changed.
+        self.dynamic_config = DynamicBrokerConfig(
+            self, LocalDynamicConfigStore(self.fs, self.log_dir)
+        )
         # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
         self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
         # ACLs and SCRAM credentials; its authorizer is None unless authorizer.class.name
@@ -171,6 +180,8 @@ class Broker:
         return self.security.authorizer
 
     async def start(self) -> None:
+        if not self.config.zookeeper_connect:  # a cluster's are in ZooKeeper
+            self.dynamic_config.load()
         self.logs.load()
         self.disk.refresh(force=True)
         if self.config.zookeeper_connect:
@@ -236,6 +247,12 @@ class Broker:
         self.security.store = store
         self.security.load()
         store.watch(self.security.set_acls, self.security.set_credentials)
+        dynamic = ZkDynamicConfigStore(
+            self.cluster.link.store, asyncio.get_running_loop(), self.dynamic_config.own_entities
+        )
+        self.dynamic_config.store = dynamic
+        self.dynamic_config.load()
+        dynamic.watch(self.dynamic_config.set)
 
     def _role_changed(self, topic: str, partition: int, role: Role, leader_epoch: int) -> None:
         """Coordinators follow the leadership of their internal partitions. A new

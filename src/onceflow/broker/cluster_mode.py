@@ -111,14 +111,15 @@ class ClusterMode:
         self._creating: set[str] = set()  # internal topics being created
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
+        config = self.broker.config  # with the dynamic broker configs, which may change
         if topic == "__transaction_state" and "min.insync.replicas" not in configs:
-            return self.config.transaction_state_log_min_isr
+            return config.transaction_state_log_min_isr
         if "min.insync.replicas" not in configs:
-            return self.config.min_insync_replicas
+            return config.min_insync_replicas
         try:
-            return self.config.topic_config(configs).min_insync_replicas
+            return config.topic_config(configs).min_insync_replicas
         except ConfigError:
-            return self.config.min_insync_replicas
+            return config.min_insync_replicas
 
     @property
     def cache(self) -> MetadataCache:

@@ -94,6 +94,11 @@ class ReplicaManager:
         if change.kind in ("topic", "configs"):
             self._apply_configs(change.topic)
 
+    def refresh_configs(self) -> None:
+        """Every replica's min.insync.replicas again: the broker's defaults changed."""
+        for topic in {name for name, _ in self.partitions}:
+            self._apply_configs(topic)
+
     def _apply_configs(self, topic: str) -> None:
         """The topic's overrides from ZooKeeper, applied to the logs and replicas here."""
         meta = self.link.cache.topics.get(topic)

@@ -11,6 +11,8 @@ Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
     /brokers/topics/<topic>/partitions/<p>/state
                                                leader, leader epoch, ISR, controller epoch
     /config/topics/<topic>                     the topic's config overrides
+    /config/brokers/<default>, /config/brokers/<id>
+                                               dynamic broker configs: cluster-wide, per broker
     /latest_producer_id_block                  the last producer-id block handed out
     /onceflow/shutting_down/<id>               ephemeral: a broker in controlled shutdown
     /onceflow/security/acls                    every ACL binding (JSON), changed by CAS
@@ -30,6 +32,9 @@ CLUSTER_ID = "/cluster/id"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"
+#: Kafka's name of the cluster-wide default entity (the resource name "" in AlterConfigs).
+DEFAULT_BROKER_ENTITY = "<default>"
 SHUTTING_DOWN = "/onceflow/shutting_down"
 SECURITY_ACLS = "/onceflow/security/acls"
 SECURITY_CREDENTIALS = "/onceflow/security/scram_credentials"
@@ -52,6 +57,10 @@ def topic_path(topic: str) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    return f"{BROKER_CONFIGS}/{entity}"
 
 
 def shutting_down_path(broker_id: int) -> str:
@@ -195,10 +204,15 @@ def encode_topic_config(configs: dict[str, str]) -> bytes:
 
 
 def decode_topic_config(topic: str, raw: bytes) -> dict[str, str]:
-    value = _load(raw, topic_config_path(topic))
+    return decode_config(topic_config_path(topic), raw)
+
+
+def decode_config(path: str, raw: bytes) -> dict[str, str]:
+    """A config entity's znode (a topic's or a broker's): {"version": 1, "config": {...}}."""
+    value = _load(raw, path)
     config = value.get("config", {})
     if not isinstance(config, dict):
-        raise CorruptZnode(f"{topic_config_path(topic)}: config is not an object")
+        raise CorruptZnode(f"{path}: config is not an object")
     return {str(k): str(v) for k, v in config.items()}
 
 

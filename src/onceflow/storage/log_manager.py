@@ -276,8 +276,21 @@ class LogManager:
             except OSError as exc:
                 info.configs = saved
                 raise _metadata_failure(exc, f"update configs of '{name}'") from exc
+        self._set_config(info, config)
+
+    def refresh_configs(self) -> None:
+        """Re-derive every open log's config: the broker's defaults changed."""
+        for info in self.topics.values():
+            try:
+                config = self.config_factory(info.configs)
+            except KafkaError as exc:  # its overrides clash with the new defaults
+                log.warning("config of %s not refreshed: %s", info.name, exc.message)
+                continue
+            self._set_config(info, config)
+
+    def _set_config(self, info: TopicInfo, config: LogConfig) -> None:
         for partition in info.hosted_partitions():
-            plog = self.logs.get((name, partition))
+            plog = self.logs.get((info.name, partition))
             if plog is not None:
                 plog.config = config
 

@@ -21,7 +21,12 @@ from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.admin import RESOURCE_BROKER, RESOURCE_TOPIC
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.topics import validate_topic_name
-from onceflow.config import AlterConfigOp, ConfigError, alter_topic_overrides
+from onceflow.config import (
+    AlterConfigOp,
+    ConfigError,
+    alter_broker_settings,
+    alter_topic_overrides,
+)
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
@@ -122,6 +127,8 @@ async def _alter_topic(
 async def _alter_broker(
     ctx: RequestContext, name: str, ops: list[Op], incremental: bool, validate_only: bool
 ) -> None:
+    """This broker's entity (its id) or the cluster-wide default (""): checked here before
+    authorization, as Kafka's brokers check it before forwarding to the controller."""
     node = ctx.broker.node_id
     if name:
         if not _NODE_ID.fullmatch(name):
@@ -133,14 +140,22 @@ async def _alter_broker(
                 ErrorCode.invalid_request,
                 f"Unexpected broker id, expected {node}, but received {name}",
             )
-    keys = [key for key, op, _ in ops if op is not AlterConfigOp.DELETE or not incremental]
-    if keys:
-        raise KafkaError(
-            ErrorCode.invalid_request,
-            f"Cannot update these configs dynamically: Set({', '.join(keys)})",
-        )
+    dynamic = ctx.broker.dynamic_config
+
+    def change(current: dict[str, str]) -> dict[str, str]:
+        if not incremental:
+            return {key: value or "" for key, _, value in ops}
+        try:
+            return alter_broker_settings(ctx.broker.config, current, ops)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+
+    entity = dynamic.entity(name)
+    dynamic.check(entity, dynamic.entities.get(entity, {}), change)
     if not authz.cluster_authorized(ctx, AclOperation.ALTER_CONFIGS):
         raise _refuse(ErrorCode.cluster_authorization_failed)
+    if not validate_only:
+        await dynamic.alter(entity, change)
 
 
 HANDLERS: dict[int, Handler] = {
