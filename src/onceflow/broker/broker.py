@@ -47,7 +47,7 @@ from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
 from onceflow.storage.log_manager import LogManager
-from onceflow.storage.partition_log import FileRegion, LogConfig, PartitionLog
+from onceflow.storage.partition_log import LogConfig, PartitionLog
 from onceflow.storage.producer_state import NO_TXN
 
 if TYPE_CHECKING:
@@ -659,13 +659,6 @@ class Broker:
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
         return plog.last_stable_offset
-
-    def aborted_transactions(
-        self, plog: PartitionLog, fetch_offset: int, region: FileRegion | None
-    ) -> tuple[tuple[int, int], ...]:
-        if region is None:
-            return ()
-        return tuple(plog.aborted_between(fetch_offset, plog.last_stable_offset))
 
     async def write_markers(
         self,

@@ -41,6 +41,7 @@ from onceflow.records.batch import (
 )
 from onceflow.records.control import ControlType, build_control_batch, parse_control_record
 from onceflow.records.record import decode_records
+from onceflow.storage import aborted_txns
 from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.follower import follower_batches
 from onceflow.storage.fs import FileHandle, FileSystem, is_out_of_space
@@ -112,6 +113,10 @@ class ReadResult:
     region: FileRegion | None
     high_watermark: int
     log_start_offset: int
+    segment: LogSegment | None = None  # the region's
+    # The first offset after the region's batches when the read stopped at its limit;
+    # None when max_bytes cut it (aborted_transactions then walks headers to find it).
+    end_offset: int | None = None
 
 
 @dataclass(slots=True)
@@ -605,7 +610,11 @@ class PartitionLog:
                 size = min(max_bytes, end - location.position)
                 if size <= 0:
                     return ReadResult(None, hw, start)
-                return ReadResult(FileRegion(segment.log, location.position, size), hw, start)
+                stop = None
+                if size == end - location.position:
+                    stop = min(upper_offset, segment.next_offset)
+                region = FileRegion(segment.log, location.position, size)
+                return ReadResult(region, hw, start, segment, stop)
             if location is not None:
                 break
             index += 1
@@ -791,7 +800,7 @@ class PartitionLog:
                 replayed.append((location.header, marker))
         completed = state.replay(replayed)
         state.advance(self.log_end_offset)
-        aborted = [c for c in completed if c.aborted]
+        aborted = aborted_txns.index_entries(completed, state.ongoing.values())
         for index, segment in enumerate(self.segments):
             entries = segment.txn_index.entries
             # An entry may outlive its marker: the .txnindex entry is written first, and a
@@ -806,14 +815,22 @@ class PartitionLog:
             kept = [e for e in segment.txn_index.entries if e.last_offset < start]
             upper = self.segments[index + 1].base_offset if index + 1 < len(self.segments) else None
             mine = [
-                AbortedTxn(c.producer_id, c.first_offset, c.last_offset, c.last_offset + 1)
-                for c in aborted
-                if c.last_offset >= segment.base_offset and (upper is None or c.last_offset < upper)
+                e
+                for e in aborted
+                if e.last_offset >= segment.base_offset and (upper is None or e.last_offset < upper)
             ]
             # An unreadable file (torn by a crash) is rewritten even when it ends up empty:
             # left as it was, every later start would distrust it and replay the whole log.
             if mine or len(kept) != len(segment.txn_index.entries) or not loaded[index]:
                 segment.txn_index.rewrite(kept + mine)
+        lowered = aborted_txns.clamp_stable_offsets(self.segments)
+        if lowered:
+            log.warning(
+                "%s: %d .txnindex entries (an older recovery's) had a stable offset past a "
+                "later aborted transaction's start; lowered",
+                self.name,
+                lowered,
+            )
         return len(replayed)
 
     def _last_batch(self) -> BatchHeader | None:
@@ -863,6 +880,21 @@ class PartitionLog:
         result = self._write([header], batch, plan, aborted=aborted)
         self.markers_written[producer_id] = self.markers_written.get(producer_id, 0) + 1
         return result
+
+    def aborted_transactions(self, fetch_offset: int, read: ReadResult) -> list[AbortedTxn]:
+        """What a read_committed fetch that got `read` returns: the aborted transactions
+        overlapping [fetch_offset, the end of the batches read) (aborted_txns.py)."""
+        segment, region = read.segment, read.region
+        if segment is None or region is None:
+            return []
+
+        def read_end() -> int:
+            if read.end_offset is not None:
+                return read.end_offset
+            return aborted_txns.end_offset(segment, region.position, region.position + region.size)
+
+        later = self.segments[self.segment_for(segment.base_offset) :]
+        return aborted_txns.overlapping(later, fetch_offset, read_end)
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""

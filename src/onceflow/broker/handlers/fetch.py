@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from onceflow.broker.handlers.base import RawBody, RequestContext
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol import codec
 from onceflow.security.acl import AclOperation, ResourceType
+from onceflow.storage.indexes import AbortedTxn
 from onceflow.storage.partition_log import FileRegion, PartitionLog
 
 READ_UNCOMMITTED = 0
@@ -43,7 +45,7 @@ class _PartitionRead:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     region: FileRegion | None = None
-    aborted: tuple[Any, ...] | None = None
+    aborted: Sequence[AbortedTxn] | None = None
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -137,9 +139,8 @@ def _read_partition(
         result = plog.read(p.fetch_offset, max_bytes, upper, min_one)
     except KafkaError as exc:
         return _PartitionRead(p.partition, exc.code)
-    aborted = (
-        broker.aborted_transactions(plog, p.fetch_offset, result.region) if committed else None
-    )
+    # Only those overlapping what was read, as Kafka: never the whole history after it.
+    aborted = plog.aborted_transactions(p.fetch_offset, result) if committed else None
     return _PartitionRead(
         p.partition,
         ErrorCode.none,
@@ -210,8 +211,8 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
             aborted = None
             if read.aborted is not None:
                 aborted = tuple(
-                    codec.build(aborted_cls, producer_id=pid, first_offset=first)
-                    for pid, first in read.aborted
+                    codec.build(aborted_cls, producer_id=t.producer_id, first_offset=t.first_offset)
+                    for t in read.aborted
                 )
             entry = codec.build(
                 partition_cls,

@@ -4,12 +4,19 @@ Kafka's layout: 34-byte entries of version (int16, 0), producer id (int64), firs
 last offset (the marker's) and the last stable offset when it was written (int64 each).
 read_committed fetches return the entries that overlap what they read, so consumers can
 drop the aborted records. Derived data: recovery rebuilds it by replaying markers.
+
+An entry's last stable offset is the LSO just after its marker: the first offset of the
+oldest other transaction open across the marker, else the marker's offset + 1. Every
+transaction aborted later was open then or began after, so its first offset is at least
+that: a fetch's search stops at the first entry whose LSO reaches the end of what it read.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_left
+from operator import attrgetter
 from typing import NamedTuple
 
 from onceflow.storage.fs import FileHandle, FileSystem, TornWrite
@@ -23,6 +30,9 @@ class AbortedTxn(NamedTuple):
     first_offset: int
     last_offset: int
     last_stable_offset: int
+
+
+_LAST_OFFSET = attrgetter("last_offset")
 
 
 class TxnIndex:
@@ -68,6 +78,20 @@ class TxnIndex:
             self._file = handle
         self._file.append(ENTRY.pack(VERSION, *entry))
         self.entries.append(entry)
+
+    def collect(self, fetch_offset: int, upper_offset: int, out: list[AbortedTxn]) -> bool:
+        """Kafka's collectAbortedTxns: add to `out` the entries overlapping [fetch_offset,
+        upper_offset); True once an entry's LSO reaches `upper_offset`, after which no
+        entry, here or in a later segment, can overlap. Entries rise by last offset, so
+        those ending before `fetch_offset` are skipped by bisection."""
+        entries = self.entries
+        for i in range(bisect_left(entries, fetch_offset, key=_LAST_OFFSET), len(entries)):
+            entry = entries[i]
+            if entry.first_offset < upper_offset:
+                out.append(entry)
+            if entry.last_stable_offset >= upper_offset:
+                return True
+        return False
 
     def drop_last(self) -> None:
         """Take back the last entry (its marker could not be written)."""
