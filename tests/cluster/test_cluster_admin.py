@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -219,3 +220,79 @@ def test_describe_configs_of_every_broker_and_of_a_topic(three: Cluster) -> None
     entries = admin.describe_configs([resource], request_timeout=T)[resource].result(T)
     assert entries["retention.ms"].value == "12345"
     assert entries["min.insync.replicas"].value == "2"
+
+
+def _alter_via(bootstrap: str, kind: int, name: str, key: str, value: str | None, op: int) -> int:
+    """IncrementalAlterConfigs sent to one broker; its error code for the resource."""
+    from kio.schema.incremental_alter_configs.v1 import request as inc
+    from kio.static.primitive import i8
+
+    config = inc.AlterableConfig(name=key, config_operation=i8(op), value=value)
+    resource = inc.AlterConfigsResource(
+        resource_type=i8(kind), resource_name=name, configs=(config,)
+    )
+    with RawConnection(bootstrap) as conn:
+        response = conn.call(
+            inc.IncrementalAlterConfigsRequest(resources=(resource,), validate_only=False)
+        )
+    return int(response.responses[0].error_code)
+
+
+def _config_on(bootstrap: str, kind: int, name: str, key: str) -> tuple[str | None, int]:
+    """(value, source) of one config as the broker at `bootstrap` describes it."""
+    from kio.schema.describe_configs.v3 import request as desc
+    from kio.static.primitive import i8
+
+    resource = desc.DescribeConfigsResource(
+        resource_type=i8(kind), resource_name=name, configuration_keys=(key,)
+    )
+    with RawConnection(bootstrap) as conn:
+        response = conn.call(desc.DescribeConfigsRequest(resources=(resource,)))
+    [entry] = response.results[0].configs
+    return entry.value, int(entry.config_source)
+
+
+def test_configs_altered_through_one_broker_apply_on_every_broker(three: Cluster) -> None:
+    topic = create_topic(three.bootstrap, partitions=3, replication_factor=3)
+    plain = create_topic(three.bootstrap, partitions=3, replication_factor=3)
+    one, two, three_ = (three.broker(i) for i in (1, 2, 3))
+    big = b"x" * 5000
+
+    def big_records(name: str) -> list[str]:
+        """A big record to each partition (their leaders are the three brokers): errors."""
+        p = producer(three.bootstrap, acks="all", **{"linger.ms": 0})
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: object) -> None:
+            errors.append(err.name() if err else "")
+
+        for partition in range(3):
+            p.produce(name, big, partition=partition, on_delivery=delivered)
+            p.flush(T)
+        return errors
+
+    refused = ["MSG_SIZE_TOO_LARGE"] * 3
+    assert _alter_via(one.bootstrap, 2, topic, "max.message.bytes", "2000", 0) == 0
+    for broker in (one, two, three_):  # each answers from the overrides it applied
+        deadline = time.monotonic() + T
+        while _config_on(broker.bootstrap, 2, topic, "max.message.bytes") != ("2000", 1):
+            assert time.monotonic() < deadline, broker
+            time.sleep(0.1)
+    assert big_records(topic) == refused
+    assert big_records(plain) == [""] * 3
+
+    # The cluster-wide broker default, set through broker 2, reaches brokers 1 and 3.
+    assert _alter_via(two.bootstrap, 4, "", "message.max.bytes", "3000", 0) == 0
+    try:
+        for broker in (one, three_):
+            deadline = time.monotonic() + T
+            while _config_on(broker.bootstrap, 4, str(broker.broker_id), "message.max.bytes") != (
+                "3000",
+                3,  # DYNAMIC_DEFAULT_BROKER_CONFIG
+            ):
+                assert time.monotonic() < deadline, broker
+                time.sleep(0.1)
+        assert big_records(plain) == refused
+    finally:
+        assert _alter_via(two.bootstrap, 4, "", "message.max.bytes", None, 1) == 0
+    assert _alter_via(three_.bootstrap, 2, "no-such-topic", "retention.ms", "1", 0) == 3
