@@ -1,5 +1,5 @@
 """The console against a broker that goes away shows its error state, and recovers when
-the broker comes back on the same address."""
+the broker comes back on the same address (the record browser's follow mode included)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 
 from tests.console.conftest import start_console
 from tests.console.console_process import ConsoleProcess
+from tests.console.kafka_setup import produce_plain
 from tests.console.pages import status, texts, wait_until
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic, topic_name
@@ -57,6 +58,38 @@ def test_error_state_while_the_broker_is_away(
     wait_until(browser, lambda d: texts(d, row) and status(d) == "ok", "recovery on #/topics")
     assert not browser.find_element(By.ID, "error").is_displayed()
     screenshot(browser, "recovered")
+
+
+def test_following_records_survive_the_broker_going_away(
+    broker: BrokerProcess,
+    lone_console: ConsoleProcess,
+    browser: Any,
+    screenshot: Callable[[Any, str], Path],
+) -> None:
+    """The record browser's follow mode keeps its rows, greyed under the banner, while the
+    broker is away, and goes on from the last record it showed when it is back."""
+    topic = create_topic(broker.bootstrap, topic_name("console-away-records"))
+    produce_plain(broker.bootstrap, topic, 0, [b"before"])
+    browser.get(lone_console.url(f"?refresh=500#/records/{topic}/0"))
+    rows = "#records tbody tr td:first-child"
+    wait_until(browser, lambda d: texts(d, rows) == ["0"] and status(d) == "ok", "record 0")
+
+    assert broker.stop() == 0
+    wait_until(browser, lambda d: status(d) == "error", "the error state")
+    assert browser.find_element(By.ID, "error").is_displayed()
+    assert "stale" in str(browser.find_element(By.ID, "content").get_attribute("class"))
+    assert texts(browser, rows) == ["0"]
+    screenshot(browser, "records-error-state")
+
+    broker.start()
+    produce_plain(broker.bootstrap, topic, 0, [b"after"])
+    wait_until(
+        browser,
+        lambda d: texts(d, rows) == ["0", "1"] and status(d) == "ok",
+        "record 1 after the recovery",
+    )
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    assert "stale" not in str(browser.find_element(By.ID, "content").get_attribute("class"))
 
 
 def _get(url: str) -> tuple[int, dict[str, Any]]:

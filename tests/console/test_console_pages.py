@@ -80,7 +80,7 @@ def test_transactions_page_lists_an_open_transaction(
 
         # read_committed sees nothing yet; read_uncommitted sees the record, as JSON.
         browser.get(console.url(f"#/records/{topic}/0"))
-        wait_until(browser, lambda d: "No records in that range." in texts(d, "#records")[0], "")
+        wait_until(browser, lambda d: "No records yet" in texts(d, "#records")[0], "no records")
         form = browser.find_element(By.CSS_SELECTOR, "form.records")
         Select(form.find_element(By.NAME, "isolation")).select_by_value("read_uncommitted")
         Select(form.find_element(By.NAME, "format")).select_by_value("json")

@@ -123,7 +123,12 @@ async def abort(request: web.Request) -> web.Response:
 
 
 async def records(request: web.Request) -> web.Response:
+    """?timestamp=MS, else ?offset=N, else ?from=end (the last `limit` offsets) or
+    ?from=earliest (the default); the page's follow mode asks again with ?offset=next."""
     q = request.query
+    start = q.get("from") or "earliest"
+    if start not in ("earliest", "end"):
+        raise BadRequest(f"from must be earliest or end, not {start!r}")
     result = await _in_thread(
         request,
         lambda clients: records_view.browse(
@@ -133,6 +138,7 @@ async def records(request: web.Request) -> web.Response:
             isolation=q.get("isolation", "read_committed"),
             offset=_int(request, "offset"),
             timestamp_ms=_int(request, "timestamp"),
+            from_end=start == "end",
             limit=_int(request, "limit", 50) or 50,
             fmt=q.get("format", "text"),
         ),

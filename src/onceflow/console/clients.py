@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
@@ -22,7 +23,13 @@ from onceflow.cli.common import describe_kafka_error
 from onceflow.cli.kafka_wire import Cluster
 from onceflow.console.settings import ConsoleSettings
 
-__all__ = ["ActionRefused", "BadRequest", "ClusterUnavailable", "KafkaClients"]
+__all__ = [
+    "ActionRefused",
+    "BadRequest",
+    "ClusterUnavailable",
+    "KafkaClients",
+    "PartitionOffsets",
+]
 
 
 class ClusterUnavailable(Exception):
@@ -35,6 +42,20 @@ class BadRequest(ValueError):
 
 class ActionRefused(Exception):
     """An action the console will not do as asked (the transaction no longer hangs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Where a partition's log starts, how far read_committed consumers may read (the last
+    stable offset) and how far read_uncommitted ones may (the high watermark)."""
+
+    earliest: int
+    lso: int
+    high_watermark: int
+
+    def end(self, isolation_level: str) -> int:
+        """The offset a consumer at this isolation level reads up to (exclusive)."""
+        return self.lso if isolation_level == "read_committed" else self.high_watermark
 
 
 class KafkaClients:
@@ -108,9 +129,31 @@ class KafkaClients:
     def list_offsets(
         self, partitions: list[tuple[str, int]], spec: Any, level: Any
     ) -> dict[tuple[str, int], int]:
-        futures = self.admin.list_offsets(
+        futures = self._list_offsets(partitions, spec, level)
+        return {(tp.topic, tp.partition): int(self.result(f).offset) for tp, f in futures.items()}
+
+    def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """One partition's earliest offset, LSO and high watermark: three ListOffsets sent
+        at once, so that a live page pays for one round trip."""
+        key = [(topic, partition)]
+        earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        calls = [
+            self._list_offsets(key, earliest, IsolationLevel.READ_UNCOMMITTED),
+            self._list_offsets(key, latest, IsolationLevel.READ_COMMITTED),
+            self._list_offsets(key, latest, IsolationLevel.READ_UNCOMMITTED),
+        ]
+        first, stable, high = (
+            int(self.result(f).offset) for futures in calls for f in futures.values()
+        )
+        return PartitionOffsets(earliest=first, lso=stable, high_watermark=high)
+
+    def _list_offsets(
+        self, partitions: list[tuple[str, int]], spec: Any, level: Any
+    ) -> dict[Any, Future[Any]]:
+        futures: dict[Any, Future[Any]] = self.admin.list_offsets(
             {TopicPartition(t, p): spec for t, p in partitions},
             isolation_level=level,
             request_timeout=self.timeout_s,
         )
-        return {(tp.topic, tp.partition): int(self.result(f).offset) for tp, f in futures.items()}
+        return futures

@@ -62,9 +62,9 @@ async function getJSON(url, options) {
   return body;
 }
 
-function showOk() {
+function showOk(label) {
   statusEl.className = "ok";
-  statusEl.textContent = `live · updated ${new Date().toLocaleTimeString()}`;
+  statusEl.textContent = `${label || "live"} · updated ${new Date().toLocaleTimeString()}`;
   errorEl.hidden = true;
   content.classList.remove("stale");
 }
@@ -216,6 +216,37 @@ function producersPage(topic, partition) {
       num(p.txn_start_offset))), "No active producers.")));
 }
 
+// The record browser. With "follow" on (the default from the end) it asks every
+// REFRESH_MS for the records after the last one it showed, appends them and drops the
+// oldest rows beyond KEEP_ROWS; the server never reads past the LSO read_committed (the
+// high watermark read_uncommitted), so a transaction's records appear once it commits.
+const KEEP_ROWS = 500;
+
+function recordRow(r) {
+  return el("tr", { "data-offset": r.offset }, num(r.offset), el("td", {}, time(r.timestamp)),
+    el("td", {}, el("pre", {}, fmt(r.key))), el("td", {}, el("pre", {}, fmt(r.value))),
+    el("td", {}, el("pre", {}, r.headers.map(([k, v]) => `${k}: ${fmt(v)}`).join("\n"))));
+}
+
+function offsetsLine(data, view) {
+  const held = data.high_watermark - data.lso;
+  const shown = view.body.rows.length;
+  const span = (cls, label, v) => el("span", { class: cls }, `${label} `, el("b", {}, fmt(v)));
+  return [
+    span("earliest", "earliest", data.earliest), span("lso", "LSO", data.lso),
+    span("hwm", "high watermark", data.high_watermark),
+    el("span", { class: "shown" }, shown ? `${shown} rows, offsets ` +
+      `${view.body.rows[0].dataset.offset}–${view.body.rows[shown - 1].dataset.offset}` :
+      "no rows"),
+    el("span", { class: "next" }, view.following ? `following from offset ${data.next}` :
+      `next offset ${data.next}`),
+    held > 0 ? el("span", { class: "held" }, data.isolation === "read_committed" ?
+      `${held} offsets above the LSO: held back from read_committed until the open ` +
+      "transactions end" : `${held} offsets above the LSO (shaded): read_committed consumers ` +
+      "do not see them yet") : null,
+  ].filter(Boolean);
+}
+
 function recordsPage(topic, partition) {
   const form = el("form", { class: "records" },
     el("label", {}, "Topic", el("input", { name: "topic", value: topic || "", required: true })),
@@ -224,39 +255,118 @@ function recordsPage(topic, partition) {
     el("label", {}, "Isolation", el("select", { name: "isolation" },
       el("option", { value: "read_committed" }, "read_committed"),
       el("option", { value: "read_uncommitted" }, "read_uncommitted"))),
-    el("label", {}, "From offset", el("input", { name: "offset", type: "number", min: 0,
-      placeholder: "earliest" })),
-    el("label", {}, "or from time", el("input", { name: "time", type: "datetime-local",
-      step: 1 })),
+    el("label", {}, "From", el("select", { name: "from" },
+      el("option", { value: "end" }, "the end (latest)"),
+      el("option", { value: "earliest" }, "earliest"),
+      el("option", { value: "offset" }, "offset"), el("option", { value: "time" }, "time"))),
+    el("label", {}, "Offset", el("input", { name: "offset", type: "number", min: 0 })),
+    el("label", {}, "Time", el("input", { name: "time", type: "datetime-local", step: 1 })),
     el("label", {}, "Show as", el("select", { name: "format" },
       ["text", "json", "hex"].map((f) => el("option", { value: f }, f)))),
-    el("label", {}, "Max", el("input", { name: "limit", type: "number", min: 1, max: 500,
+    el("label", {}, "Max", el("input", { name: "limit", type: "number", min: 1, max: KEEP_ROWS,
       value: 50 })),
+    el("label", { class: "check" }, el("input", { name: "follow", type: "checkbox",
+      checked: true }), "Follow"),
     el("button", { type: "submit" }, "Load"));
+  const fields = form.elements;
+  const summary = el("p", { id: "offsets", class: "offsets" });
   const results = el("div", { id: "records" });
-  content.replaceChildren(el("section", {}, el("h2", {}, "Records"), form, results));
+  content.replaceChildren(el("section", {}, el("h2", {}, "Records"), form, summary, results));
+  // Following is the default from the end, and a choice otherwise.
+  fields.from.addEventListener("change", () => {
+    fields.follow.checked = fields.from.value === "end";
+  });
+  for (const [name, from] of [["offset", "offset"], ["time", "time"]]) {
+    fields[name].addEventListener("input", () => {
+      if (fields[name].value && fields.from.value !== from) {
+        fields.from.value = from;
+        fields.from.dispatchEvent(new Event("change"));
+      }
+    });
+  }
+  let view = null; // the records shown: {url, query, next, last answer, body, following, ...}
+  const page = generation;
+  const live = (v) => v === view && page === generation;
+
+  function render(v, data) {
+    const shade = data.isolation === "read_uncommitted";
+    for (const row of v.body.rows) {
+      row.classList.toggle("above-lso", shade && Number(row.dataset.offset) >= data.lso);
+    }
+    summary.replaceChildren(...offsetsLine(data, v));
+    if (v.body.rows.length) {
+      if (results.firstChild !== v.table) results.replaceChildren(v.table);
+      return;
+    }
+    results.replaceChildren(el("p", { class: "empty" }, !v.following ? "No records in that range."
+      : "No records yet: following, they appear once written" +
+        (data.isolation === "read_committed" ? " and committed." : ".")));
+  }
+
+  async function fetchRecords(v, first) {
+    const q = new URLSearchParams(v.query);
+    if (!first) {
+      for (const k of ["from", "timestamp"]) q.delete(k);
+      q.set("offset", v.next);
+      q.set("limit", KEEP_ROWS);
+    }
+    let delay = REFRESH_MS;
+    v.busy = true;
+    try {
+      const data = await getJSON(`${v.url}?${q}`);
+      if (!live(v)) return;
+      // A reader at the bottom of the page stays there as rows come (tail -f).
+      const atBottom = innerHeight + scrollY >= document.body.scrollHeight - 40;
+      v.loaded = true;
+      v.next = data.next;
+      v.last = data;
+      v.body.append(...data.records.map(recordRow));
+      const extra = v.body.rows.length - KEEP_ROWS;
+      for (let i = 0; i < extra; i += 1) v.body.rows[0].remove();
+      render(v, data);
+      if (!first && atBottom && data.records.length) scrollTo(0, document.body.scrollHeight);
+      showOk(v.following ? "live" : "loaded");
+      if (data.more) delay = 0; // behind the end: catch up at once
+    } catch (e) {
+      if (!live(v)) return;
+      showError(e.message); // the rows stay, greyed, and following goes on from v.next
+    } finally {
+      v.busy = false;
+    }
+    if (v.following && live(v)) v.loop = setTimeout(() => fetchRecords(v, !v.loaded), delay);
+  }
+
+  fields.follow.addEventListener("change", () => {
+    if (!view) return;
+    view.following = fields.follow.checked;
+    clearTimeout(view.loop);
+    // A request under way goes on by itself once it is answered: never two loops.
+    if (view.following && !view.busy) fetchRecords(view, !view.loaded);
+    else if (view.loaded) render(view, view.last);
+  });
+
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    if (view) clearTimeout(view.loop);
     const f = new FormData(form);
     const q = new URLSearchParams({ isolation: f.get("isolation"), format: f.get("format"),
       limit: f.get("limit") || 50 });
-    if (f.get("time")) q.set("timestamp", String(new Date(f.get("time")).getTime()));
-    else if (f.get("offset")) q.set("offset", f.get("offset"));
-    const url = `/api/topics/${encodeURIComponent(f.get("topic"))}/${f.get("partition") || 0}` +
-      `/records?${q}`;
-    generation += 1;
-    const mine = generation;
-    getJSON(url).then((data) => {
-      if (mine !== generation) return;
-      showOk();
-      results.replaceChildren(el("p", { class: "hint" }, `${data.records.length} records from ` +
-        `offset ${data.start}; ${data.isolation} end offset ${data.end}.`),
-        table(["Offset", "Timestamp", "Key", "Value", "Headers"], data.records.map((r) =>
-          el("tr", { "data-offset": r.offset }, num(r.offset), el("td", {}, time(r.timestamp)),
-            el("td", {}, el("pre", {}, fmt(r.key))), el("td", {}, el("pre", {}, fmt(r.value))),
-            el("td", {}, el("pre", {}, r.headers.map(([k, v]) => `${k}: ${fmt(v)}`).join("\n"))))),
-        "No records in that range."));
-    }).catch((e) => { if (mine === generation) showError(e.message); });
+    const from = f.get("from");
+    if (from === "time" && f.get("time")) {
+      q.set("timestamp", String(new Date(f.get("time")).getTime()));
+    } else if (from === "offset" && f.get("offset")) q.set("offset", f.get("offset"));
+    else if (from === "end") q.set("from", "end");
+    const body = el("tbody");
+    view = {
+      url: `/api/topics/${encodeURIComponent(f.get("topic"))}/${f.get("partition") || 0}/records`,
+      query: q, next: null, last: null, loaded: false, busy: false, following: fields.follow.checked,
+      loop: null, body,
+      table: el("table", {}, el("thead", {}, el("tr", {},
+        ["Offset", "Timestamp", "Key", "Value", "Headers"].map((h) => el("th", {}, h)))), body),
+    };
+    summary.replaceChildren();
+    results.replaceChildren(el("p", { class: "empty" }, "Loading…"));
+    fetchRecords(view, true);
   });
   if (topic) form.requestSubmit();
 }
