@@ -59,6 +59,7 @@ __all__ = [
     "broker_config_from_properties",
     "check_dynamic_broker_config",
     "describe_broker_config",
+    "describe_default_broker_config",
     "describe_topic_config",
     "load_broker_config",
     "parse_properties",
@@ -1731,6 +1732,33 @@ def describe_broker_config(
                 entries.append(_entry(alias, own[0].value, own[0].source, own, read_only))
             else:
                 entries.append(_entry(alias, None, ConfigSource.DEFAULT_CONFIG, [], read_only))
+    return entries
+
+
+def describe_default_broker_config(cfg: BrokerConfig) -> list[ConfigEntry]:
+    """DescribeConfigs for the cluster-wide default (broker resource ""): as in Kafka, only
+    the keys set there, with the synonyms below it (no broker's own entity)."""
+    layer = dict(cfg.dynamic_default)
+    raw = dict(cfg.settings)
+    entries = []
+    for key, value in sorted(layer.items()):
+        spec = _BROKER_BY_NAME[key]
+        group = _BROKER_GROUPS[spec.attr]
+        synonyms = [
+            ConfigSynonym(s.name, layer[s.name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+            for s in group
+            if s.name in layer
+        ]
+        synonyms += [
+            ConfigSynonym(s.name, raw[s.name], ConfigSource.STATIC_BROKER_CONFIG)
+            for s in group
+            if s.name in raw
+        ]
+        synonyms.append(
+            ConfigSynonym(group[0].name, _broker_default(group[0]), ConfigSource.DEFAULT_CONFIG)
+        )
+        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        entries.append(_entry(spec, value, source, synonyms, read_only=False))
     return entries
 
 

@@ -371,6 +371,13 @@ def test_dynamic_broker_configs_layer_persist_and_reach_the_logs(tmp_path: Path)
         assert (entry.read_only, entry.config_source) == (False, ConfigSource.DYNAMIC_BROKER_CONFIG)
         [entry] = await describe(broker, BROKER, "0", "num.partitions")
         assert entry.read_only
+        # The cluster-wide default shows what is set there, as kafka-configs.sh shows it.
+        [entry] = await describe(broker, BROKER, "", None)
+        assert (entry.name, entry.value, entry.config_source) == (
+            "log.retention.hours",
+            "5",
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+        )
         # AlterConfigs replaces this broker's whole entity: back to the cluster default.
         assert await alter(broker, [(BROKER, "0", [])], incremental=False) == [OK]
         assert broker.logs.logs[("plain", 0)].config.retention_ms == 5 * hour
@@ -379,11 +386,11 @@ def test_dynamic_broker_configs_layer_persist_and_reach_the_logs(tmp_path: Path)
     run(tmp_path, after_restart)
 
 
-async def describe(broker: Broker, kind: int, name: str, key: str) -> Any:
+async def describe(broker: Broker, kind: int, name: str, key: str | None) -> Any:
     api, version = ApiKey.DESCRIBE_CONFIGS, 3
     resource = nested(
         api, version, "DescribeConfigsResource", resource_type=kind, resource_name=name,
-        configuration_keys=(key,),
+        configuration_keys=None if key is None else (key,),
     )  # fmt: skip
     request = build(
         request_type(api, version),

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.cluster.assignment import assign_replicas
-from onceflow.config import ConfigError, describe_broker_config, describe_topic_config
+from onceflow.config import (
+    ConfigError,
+    describe_broker_config,
+    describe_default_broker_config,
+    describe_topic_config,
+)
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
@@ -233,6 +238,8 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
     if resource.resource_type == RESOURCE_BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             raise KafkaError(ErrorCode.invalid_request, f"no broker '{resource.resource_name}'")
+        if not resource.resource_name:  # the cluster-wide default: what is set there
+            return describe_default_broker_config(broker.config)
         return list(describe_broker_config(broker.config))
     raise KafkaError(
         ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}"
