@@ -270,10 +270,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     codec.RequestHeader(ApiKey.API_VERSIONS, 0, prefix.correlation_id, None),
                     unsupported_version_response(),
                 )
-            # Kafka closes the connection: there is no schema to answer an unknown version in.
-            raise ProtocolError(
-                f"unsupported request: api key {prefix.api_key} version {prefix.api_version}"
-            )
+            # Kafka 4 closes the connection: there is no schema to answer an unknown version
+            # in. Named once per client (unsupported_versions.py), not once per request.
+            from onceflow.broker.unsupported_versions import report
+
+            report(frame, prefix, self.peer)
+            self._closed = True  # nothing after it on this connection is handled
+            assert self.transport is not None
+            self.transport.abort()
+            return prefix, NoResponse()
         auth = self.auth
         assert auth is not None
         auth.check(prefix.api_key)
