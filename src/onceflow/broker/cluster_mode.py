@@ -360,8 +360,12 @@ class ClusterMode:
             )
         except NoSuchTopic as exc:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, str(exc)) from exc
-        except MetadataStoreError as exc:
-            raise KafkaError(ErrorCode.unknown_server_error, str(exc)) from exc
+        except KafkaError:
+            raise
+        except Exception as exc:  # ZooKeeper failed (MetadataStoreError, or kazoo's own)
+            raise KafkaError(
+                ErrorCode.unknown_server_error, f"configs not written: {exc!r}"
+            ) from exc
         if validate_only:
             return
         loop = asyncio.get_running_loop()

@@ -183,9 +183,16 @@ class DynamicBrokerConfig:
     async def alter(self, entity: str, change: Change) -> None:
         """Write the entity's new settings (checked again against what is stored by then)
         and apply them here; the other brokers apply them from their watches."""
-        written = await self.store.update(
-            entity, lambda current: self.check(entity, current, change)
-        )
+        try:
+            written = await self.store.update(
+                entity, lambda current: self.check(entity, current, change)
+            )
+        except KafkaError:
+            raise
+        except Exception as exc:  # the file or ZooKeeper could not be written
+            raise KafkaError(
+                ErrorCode.unknown_server_error, f"dynamic configs not written: {exc!r}"
+            ) from exc
         self.set(entity, written)
 
     def set(self, entity: str, settings: Settings) -> None:

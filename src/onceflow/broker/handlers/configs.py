@@ -1,13 +1,15 @@
 """AlterConfigs (33) and IncrementalAlterConfigs (44): a topic's config overrides, and the
-broker's dynamic configs.
+broker's dynamic configs (the defaults of the topic-level keys, for the cluster or for this
+broker: see broker/dynamic_config.py).
 
 Checks run in Kafka 4.1's order, each resource on its own: the shape of the resource (given
 twice, a key given twice, a null value, an unknown operation or resource type:
-INVALID_REQUEST), a broker resource's keys (only dynamic ones may change, as Kafka's
-DynamicBrokerConfig says: INVALID_REQUEST), then ALTER_CONFIGS on the topic or on the
-cluster, then the values (INVALID_CONFIG), then whether the topic exists
+INVALID_REQUEST), a broker resource's keys (a key that is not dynamic: INVALID_REQUEST, as
+Kafka's DynamicBrokerConfig refuses it), then ALTER_CONFIGS on the topic or on the cluster,
+then the topic's values (INVALID_CONFIG), then whether the topic exists
 (UNKNOWN_TOPIC_OR_PARTITION). AlterConfigs replaces the whole set of a resource's overrides;
-IncrementalAlterConfigs SETs, DELETEs, APPENDs to or SUBTRACTs from single keys.
+IncrementalAlterConfigs SETs, DELETEs, APPENDs to or SUBTRACTs from single keys. Log levels
+(BROKER_LOGGER) are not configurable: they get Kafka's answer to an unknown resource type.
 """
 
 from __future__ import annotations
