@@ -10,11 +10,13 @@ from typing import Any
 from tests.unit.test_handler_authorization import (
     GROUP_DENIED,
     OPEN,
+    SECONDS,
     SECRET,
     TOPIC_DENIED,
     Harness,
     nested,
     partition_errors,
+    produce_fields,
     run,
     topic,
 )
@@ -115,5 +117,106 @@ def test_offset_delete_needs_delete_on_the_group_then_read_on_topics(tmp_path: P
             ApiKey.OFFSET_DELETE, 0, **offset_delete_fields("nobody", {OPEN: (0,)})
         )
         assert (missing.error_code, missing.topics) == (ErrorCode.group_id_not_found, ())
+
+    run(tmp_path, body)
+
+
+# ---- DeleteRecords ---------------------------------------------------------------------
+
+
+def delete_records_fields(offsets: dict[tuple[str, int], int]) -> dict[str, Any]:
+    topics: dict[str, list[Any]] = {}
+    for (name, index), offset in offsets.items():
+        topics.setdefault(name, []).append(
+            nested(
+                ApiKey.DELETE_RECORDS,
+                2,
+                "DeleteRecordsPartition",
+                partition_index=index,
+                offset=offset,
+            )
+        )
+    return {
+        "topics": tuple(
+            nested(ApiKey.DELETE_RECORDS, 2, "DeleteRecordsTopic", name=name, partitions=tuple(ps))
+            for name, ps in topics.items()
+        ),
+        "timeout": 5 * SECONDS,
+    }
+
+
+def answers(response: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (low watermark, error code)."""
+    return {
+        (t.name, p.partition_index): (p.low_watermark, p.error_code)
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+async def produce(h: Harness, name: str, count: int) -> None:
+    h.acl.grant(topic(Op.WRITE, name))
+    for _ in range(count):
+        response = await h.call(ApiKey.PRODUCE, 8, **produce_fields({name: (0,)}))
+        assert set(partition_errors(response.responses, "partition_responses").values()) == {0}
+
+
+def test_delete_records_needs_delete_on_each_topic(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await produce(h, OPEN, 5)
+        await produce(h, SECRET, 5)
+        h.acl.grant(topic(Op.DELETE), topic(Op.DELETE, "ghost"))
+        fields = delete_records_fields(
+            {(OPEN, 0): 3, (OPEN, 9): 1, (SECRET, 0): 3, ("ghost", 0): 1, ("hidden", 0): 1}
+        )
+        response = await h.call(ApiKey.DELETE_RECORDS, 2, **fields)
+        assert answers(response) == {
+            (OPEN, 0): (3, ErrorCode.none),
+            (OPEN, 9): (-1, ErrorCode.unknown_topic_or_partition),
+            (SECRET, 0): (-1, TOPIC_DENIED),
+            ("ghost", 0): (-1, ErrorCode.unknown_topic_or_partition),
+            ("hidden", 0): (-1, TOPIC_DENIED),  # never said not to exist
+        }
+        assert h.broker.logs.get(SECRET, 0).log_start_offset == 0  # type: ignore[union-attr]
+        asked = [c for c in h.acl.calls if c[0] is Op.DELETE]
+        assert len(asked) == 4  # once per topic
+
+    run(tmp_path, body)
+
+
+def test_delete_records_offsets_and_policies(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.use(None)
+        await h.broker.create_topic("compacted", 1, {"cleanup.policy": "compact"})
+        await produce(h, OPEN, 6)
+        for version in (0, 1, 2):
+            response = await h.call(
+                ApiKey.DELETE_RECORDS,
+                version,
+                **delete_records_fields(
+                    {
+                        (OPEN, 0): 2,
+                        (OPEN, 1): 1,  # empty: its high watermark is 0
+                        ("compacted", 0): 0,
+                        ("__consumer_offsets", 0): 0,
+                    }
+                ),
+            )
+            assert answers(response) == {
+                (OPEN, 0): (2, ErrorCode.none),
+                (OPEN, 1): (-1, ErrorCode.offset_out_of_range),
+                ("compacted", 0): (-1, ErrorCode.policy_violation),
+                ("__consumer_offsets", 0): (-1, ErrorCode.invalid_topic_exception),
+            }
+        beyond = await h.call(ApiKey.DELETE_RECORDS, 2, **delete_records_fields({(OPEN, 0): 7}))
+        assert answers(beyond) == {(OPEN, 0): (-1, ErrorCode.offset_out_of_range)}
+        bad = await h.call(ApiKey.DELETE_RECORDS, 2, **delete_records_fields({(OPEN, 0): -5}))
+        assert answers(bad) == {(OPEN, 0): (-1, ErrorCode.offset_out_of_range)}
+        back = await h.call(ApiKey.DELETE_RECORDS, 2, **delete_records_fields({(OPEN, 0): 1}))
+        assert answers(back) == {(OPEN, 0): (2, ErrorCode.none)}  # never back
+        everything = await h.call(
+            ApiKey.DELETE_RECORDS, 2, **delete_records_fields({(OPEN, 0): -1})
+        )
+        assert answers(everything) == {(OPEN, 0): (6, ErrorCode.none)}  # the high watermark
 
     run(tmp_path, body)

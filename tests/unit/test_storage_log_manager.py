@@ -19,6 +19,7 @@ from onceflow.storage.log_manager import (
     TOPICS_FILE,
     LogManager,
 )
+from onceflow.storage.offset_checkpoint import LOG_START_CHECKPOINT
 from onceflow.storage.partition_log import LogConfig, PartitionLog
 
 HOUR = 3_600_000
@@ -61,7 +62,7 @@ def test_create_topic_makes_partition_dirs_and_survives_a_reload(tmp_path: Path)
     lm = manager(tmp_path)
     info = lm.create_topic("orders", 3, {"segment.bytes": "4096"})
     assert sorted(os.listdir(tmp_path)) == sorted(
-        [TOPICS_FILE, RECOVERY_CHECKPOINT, "orders-0", "orders-1", "orders-2"]
+        [TOPICS_FILE, RECOVERY_CHECKPOINT, LOG_START_CHECKPOINT, "orders-0", "orders-1", "orders-2"]
     )
     assert f"{0:020d}.log" in os.listdir(tmp_path / "orders-1")
     assert get(lm, "orders", 2).config.segment_bytes == 4096

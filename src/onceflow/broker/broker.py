@@ -626,14 +626,17 @@ class Broker:
                 return
         self.purgatory.notify((plog.topic, plog.partition))
 
-    def follower_fetched(self, plog: PartitionLog, replica: int, fetch_offset: int) -> None:
+    def follower_fetched(
+        self, plog: PartitionLog, replica: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
         """A follower's fetch: it holds what is below fetch_offset (durably, in durable
-        mode); the high watermark may move and wake consumers and acks=all producers."""
+        mode) and its log starts at log_start_offset; the high watermark may move and wake
+        consumers and acks=all producers, the low watermark complete DeleteRecords."""
         if self.cluster is None:
             return
         partition = self.cluster.replicas.get(plog.topic, plog.partition)
         if partition is not None and self.cluster.replicas.follower_fetched(
-            partition, replica, fetch_offset
+            partition, replica, fetch_offset, log_start_offset if log_start_offset >= 0 else None
         ):
             self.purgatory.notify((plog.topic, plog.partition))
 

@@ -234,13 +234,27 @@ class ReplicaManager:
 
     # ---- leaders: followers' progress and the ISR ------------------------------------
 
-    def follower_fetched(self, partition: Partition, replica: int, fetch_offset: int) -> bool:
-        """A follower's fetch reached the leader: move the high watermark, and let a
-        follower that caught up rejoin the ISR at once."""
-        moved = partition.follower_fetched(replica, fetch_offset)
+    def follower_fetched(
+        self,
+        partition: Partition,
+        replica: int,
+        fetch_offset: int,
+        log_start_offset: int | None = None,
+    ) -> bool:
+        """A follower's fetch reached the leader: move the high watermark, let a follower
+        that caught up rejoin the ISR at once, and complete DeleteRecords its log start
+        offset satisfies."""
+        moved = partition.follower_fetched(replica, fetch_offset, log_start_offset)
         if replica not in partition.isr:
             self._propose_isr(partition)
+        if partition.awaits_low_watermark:  # rare: a DeleteRecords in progress
+            partition.check_low_watermark(self.alive_brokers())
         return moved
+
+    def alive_brokers(self) -> frozenset[int]:
+        """The registered brokers: a replica elsewhere does not hold back the low watermark
+        (Kafka's hasAliveBroker)."""
+        return frozenset(self.link.cache.brokers)
 
     async def _isr_loop(self) -> None:
         interval = max(self.settings.lag_time_max_ms / 2, 100) / 1000

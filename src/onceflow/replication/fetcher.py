@@ -10,6 +10,13 @@ never passes what every in-sync replica has made durable.
 Before a partition's first fetch under a new leader epoch, the follower asks the leader
 where its own latest epoch ends (OffsetsForLeaderEpoch, KIP-101/279) and truncates anything
 beyond it, so that no replica keeps a tail the new leader does not have.
+
+The leader's log start offset comes with every answer, and the follower moves its own up
+to it (as far as its high watermark), so records deleted on the leader (DeleteRecords) go
+here too; its next fetch reports its own, which is what the leader's low watermark waits
+for. A fetch below the leader's log start answers OFFSET_OUT_OF_RANGE: the follower asks
+where the leader's log starts (ListOffsets EARLIEST, as Kafka's fetchOffsetAndTruncate) and
+starts over there if its own log ends before it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 11
 EPOCH_VERSION = 3
+LIST_OFFSETS_VERSION = 1
+EARLIEST_TIMESTAMP = -2
 UNDEFINED = -1
 
 
@@ -66,6 +75,8 @@ class _Followed:
     leader_epoch: int
     truncated: bool = False  # done for this leader epoch
     leader_hw: int = -1  # the high watermark the leader last reported
+    leader_start: int = -1  # the log start offset the leader last reported
+    out_of_range: bool = False  # to ask where the leader's log starts before fetching
     retry_at: float = 0.0  # after an error, left out of requests until then (loop time)
 
 
@@ -123,6 +134,7 @@ class ReplicaFetcher:
                 continue
             try:
                 await self._truncate_new()
+                await self._find_leader_starts()
                 progressed = await self._fetch_round()
             except asyncio.CancelledError:
                 raise
@@ -245,7 +257,11 @@ class ReplicaFetcher:
 
     async def _fetch_round(self) -> bool:
         now = asyncio.get_running_loop().time()
-        ready = {k: f for k, f in self.partitions.items() if f.truncated and f.retry_at <= now}
+        ready = {
+            k: f
+            for k, f in self.partitions.items()
+            if f.truncated and not f.out_of_range and f.retry_at <= now
+        }
         if not ready:
             return False
         # A fetch offset tells the leader what this replica holds on disk (durable mode):
@@ -311,7 +327,74 @@ class ReplicaFetcher:
                 plog = followed.partition.log
                 if followed.leader_hw >= 0:
                     plog.update_high_watermark(min(followed.leader_hw, plog.log_end_offset))
+                self._follow_log_start(plog, followed.leader_start)
         return progressed or bool(ready)
+
+    @staticmethod
+    def _follow_log_start(plog: PartitionLog, leader_start: int) -> None:
+        """Move this replica's log start offset up to the leader's (Kafka's follower does
+        after every fetch), never past its own high watermark."""
+        target = min(leader_start, plog.high_watermark)
+        if target > plog.log_start_offset:
+            with contextlib.suppress(LogOffline):
+                plog.increment_log_start_offset(target)
+
+    def _start_over_or_truncate(self, followed: _Followed, leader_start: int) -> None:
+        """After OFFSET_OUT_OF_RANGE: a log that ends before the leader's starts over at
+        the leader's start; any other asks the leader's epochs again (its end is ahead)."""
+        plog = followed.partition.log
+        if plog.log_end_offset < leader_start:
+            log.info(
+                "%s: the leader's log starts at %d, past ours at %d: starting over there",
+                plog.name,
+                leader_start,
+                plog.log_end_offset,
+            )
+            plog.truncate_fully_and_start_at(leader_start)
+        else:
+            followed.truncated = False
+
+    async def _find_leader_starts(self) -> None:
+        """Ask the leader where its logs start (ListOffsets EARLIEST) for the partitions
+        whose fetch was out of range."""
+        now = asyncio.get_running_loop().time()
+        asking = {k: f for k, f in self.partitions.items() if f.out_of_range and f.retry_at <= now}
+        if not asking:
+            return
+        module = load_payload_module(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, EntityType.request)
+        topics: dict[str, list[Any]] = {}
+        for topic, index in asking:
+            topics.setdefault(topic, []).append(
+                build(
+                    module.ListOffsetsPartition, partition_index=index, timestamp=EARLIEST_TIMESTAMP
+                )
+            )
+        request = build(
+            request_type(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION),
+            replica_id=self.local_id,
+            topics=tuple(
+                build(module.ListOffsetsTopic, name=t, partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
+        )
+        response = await self._conn.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+        for topic_result in response.topics:
+            for result in topic_result.partitions:
+                key = (topic_result.name, result.partition_index)
+                followed = asking.get(key)
+                if followed is None or not self._current(key, followed):
+                    continue
+                if result.error_code != ErrorCode.none:
+                    log.info(
+                        "%s-%d: leader %d answered ListOffsets with %s",
+                        *key,
+                        self.leader_id,
+                        ErrorCode(result.error_code).name,
+                    )
+                    self._delay(followed)
+                    continue
+                followed.out_of_range = False
+                self._start_over_or_truncate(followed, int(result.offset))
 
     def _delay(self, followed: _Followed) -> None:
         followed.retry_at = asyncio.get_running_loop().time() + self.settings.backoff_ms / 1000
@@ -320,16 +403,10 @@ class ReplicaFetcher:
         plog = followed.partition.log
         error = ErrorCode(data.error_code)
         if error is ErrorCode.offset_out_of_range:
-            if plog.log_end_offset < data.log_start_offset:
-                log.info(
-                    "%s: the leader's log starts at %d, past ours at %d: starting over there",
-                    plog.name,
-                    data.log_start_offset,
-                    plog.log_end_offset,
-                )
-                plog.truncate_fully_and_start_at(int(data.log_start_offset))
+            if data.log_start_offset < 0:
+                followed.out_of_range = True  # the answer does not say where it starts
             else:
-                followed.truncated = False  # ask the leader's epochs again
+                self._start_over_or_truncate(followed, int(data.log_start_offset))
             return None
         if error is not ErrorCode.none:
             if error in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower):
@@ -341,6 +418,7 @@ class ReplicaFetcher:
             self._delay(followed)
             return None
         followed.leader_hw = int(data.high_watermark)
+        followed.leader_start = int(data.log_start_offset)
         records = data.records
         if not records:
             return None

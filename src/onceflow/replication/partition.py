@@ -9,6 +9,10 @@ in-sync replica. acks=all producers wait here until the high watermark passes th
 records. Followers that fall behind for replica.lag.time.max.ms leave the ISR; those that
 catch up rejoin it. The ISR itself is changed only through ZooKeeper (the caller writes the
 proposal and applies what the watch brings back).
+
+A follower's fetch also carries its log start offset; the lowest over the replicas on live
+brokers, this one's included, is the low watermark a DeleteRecords waits for (Kafka's
+lowWatermarkIfLeader and DelayedDeleteRecords).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import enum
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
@@ -42,6 +47,7 @@ class LeaderAndIsr:
 class ReplicaProgress:
     log_end_offset: int = -1  # unknown until the follower's first fetch
     last_caught_up_ms: int = 0
+    log_start_offset: int = -1  # unknown until a fetch reports it
 
 
 class Partition:
@@ -55,6 +61,8 @@ class Partition:
         self.isr_change_pending = False
         self.min_insync_replicas = 1  # the topic's min.insync.replicas, set by the owner
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # DeleteRecords waiting for the low watermark to reach an offset.
+        self._start_waiters: list[tuple[int, asyncio.Future[int]]] = []
         # Nothing is known to be replicated until the ISR says so: as leader the followers'
         # fetches move it, as follower the leader's answers do. Starting from the log end
         # would show consumers a tail that a new leader may truncate.
@@ -125,13 +133,18 @@ class Partition:
         """What this replica holds for sure: flushed in durable mode, else the log end."""
         return self.log.flushed_offset if self.log.config.durable else self.log.log_end_offset
 
-    def follower_fetched(self, replica: int, fetch_offset: int) -> bool:
-        """A follower asked for fetch_offset, so it holds everything below; True when the
-        high watermark moved."""
+    def follower_fetched(
+        self, replica: int, fetch_offset: int, log_start_offset: int | None = None
+    ) -> bool:
+        """A follower asked for fetch_offset, so it holds everything below (and its log
+        starts at log_start_offset, when the fetch says); True when the high watermark
+        moved."""
         progress = self.progress.get(replica)
         if progress is None:
             return False
         progress.log_end_offset = fetch_offset
+        if log_start_offset is not None and log_start_offset != progress.log_start_offset:
+            progress.log_start_offset = log_start_offset
         if fetch_offset >= self.log.log_end_offset:
             progress.last_caught_up_ms = self.clock.now_ms()
         return self.maybe_advance_high_watermark()
@@ -185,6 +198,49 @@ class Partition:
             return None
         return proposal
 
+    # ---- DeleteRecords: the low watermark ---------------------------------------------
+
+    def low_watermark(self, alive: AbstractSet[int]) -> int:
+        """The lowest log start offset over this leader and its followers on `alive`
+        brokers (-1 while one of them has not reported it yet)."""
+        low = self.log.log_start_offset
+        for replica in self.state.replicas:
+            if replica == self.local_id or replica not in alive:
+                continue
+            progress = self.progress.get(replica)
+            low = min(low, progress.log_start_offset if progress is not None else -1)
+        return low
+
+    def wait_low_watermark(self, offset: int, alive: AbstractSet[int]) -> asyncio.Future[int]:
+        """Done with the low watermark once it reaches `offset`; fails with Kafka's error
+        if this replica stops leading first. Cancel it to stop waiting."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_retrieve)
+        self._start_waiters = [(o, f) for o, f in self._start_waiters if not f.done()]
+        self._start_waiters.append((offset, fut))
+        self.check_low_watermark(alive)
+        return fut
+
+    @property
+    def awaits_low_watermark(self) -> bool:
+        return bool(self._start_waiters)
+
+    def check_low_watermark(self, alive: AbstractSet[int]) -> None:
+        """Complete the DeleteRecords waits the low watermark now satisfies (after a
+        follower's fetch, or a change of the leader's own log start)."""
+        if not self._start_waiters or self.role is not Role.LEADER:
+            return
+        low = self.low_watermark(alive)
+        keep = []
+        for offset, fut in self._start_waiters:
+            if fut.done():
+                continue
+            if low >= offset:
+                fut.set_result(low)
+            else:
+                keep.append((offset, fut))
+        self._start_waiters = keep
+
     # ---- acks=all --------------------------------------------------------------------
 
     def check_enough_replicas(self, min_isr: int) -> None:
@@ -224,7 +280,8 @@ class Partition:
 
     def _fail_waiters(self, code: ErrorCode) -> None:
         waiters, self._waiters = self._waiters, []
-        for _, fut in waiters:
+        starts, self._start_waiters = self._start_waiters, []
+        for fut in [f for _, f in waiters] + [f for _, f in starts]:
             if not fut.done():
                 fut.set_exception(KafkaError(code, f"{self.log.name} is no longer led here"))
 
@@ -232,6 +289,6 @@ class Partition:
         self._fail_waiters(ErrorCode.not_leader_or_follower)
 
 
-def _retrieve(fut: asyncio.Future[None]) -> None:
+def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()

@@ -5,6 +5,8 @@ On-disk layout (Kafka's, plus one metadata file because there is no controller):
     <log.dir>/onceflow-topics.json              topics, partition counts, config overrides,
                                                 the partitions hosted here
     <log.dir>/recovery-point-offset-checkpoint  flushed offset per partition
+    <log.dir>/log-start-offset-checkpoint       log start offset per partition, where it is
+                                                past the first segment (DeleteRecords)
     <log.dir>/.kafka_cleanshutdown              present only after a clean shutdown
     <log.dir>/<topic>-<partition>/<20-digit base offset>.log|.index|.timeindex
     <log.dir>/<topic>-<partition>/leader-epoch-checkpoint
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.storage import offset_checkpoint
 from onceflow.storage.disk_space import DiskSpaceGuard
 from onceflow.storage.failures import LogOffline, OutOfSpace
 from onceflow.storage.fs import FileSystem, is_out_of_space
@@ -87,6 +90,9 @@ class LogManager:
         # Hosted partitions closed by drop_partition(delete=False): their files stay, and
         # their recovery points stay in the checkpoint, for a later host_partition or start.
         self.closed: dict[tuple[str, int], int] = {}
+        # Their log start offsets, where past the first segment (log-start-offset-checkpoint).
+        self.closed_starts: dict[tuple[str, int], int] = {}
+        self._log_start_failing = False
         # The partitions the checkpoint file on disk names (read at load, or last written):
         # hosting one of them again must first write it without the old recovery point.
         self._checkpointed: set[tuple[str, int]] = set()
@@ -100,6 +106,7 @@ class LogManager:
         self.clean_start = fs.exists(marker)
         self.topics = self._read_topics()
         points = self._read_checkpoint()
+        starts = self._read_log_starts()
         self._checkpointed = set(points)
         wanted = {f"{t.name}-{p}" for t in self.topics.values() for p in t.hosted_partitions()}
         for name in fs.listdir(self.log_dir):
@@ -112,12 +119,15 @@ class LogManager:
                 fs.rmtree(path)
         for topic in self.topics.values():
             for p in topic.hosted_partitions():
-                self._open(topic, p, points.get((topic.name, p), 0), self.clean_start)
+                key = (topic.name, p)
+                self._open(topic, p, points.get(key, 0), self.clean_start, starts.get(key, 0))
         if self.clean_start:
             fs.remove(marker)
             fs.fsync_dir(self.log_dir)
 
-    def _open(self, topic: TopicInfo, partition: int, point: int, clean: bool) -> PartitionLog:
+    def _open(
+        self, topic: TopicInfo, partition: int, point: int, clean: bool, log_start: int = 0
+    ) -> PartitionLog:
         plog, stats = open_partition(
             self.fs,
             partition_dir(self.log_dir, topic.name, partition),
@@ -127,6 +137,7 @@ class LogManager:
             self.clock,
             point,
             clean,
+            log_start,
         )
         if stats.segments_scanned and not clean:
             log.info(
@@ -136,6 +147,7 @@ class LogManager:
                 stats.batches_replayed,
             )
         plog.on_roll = self.checkpoint_recovery_points
+        plog.on_log_start_moved = self._log_start_moved
         plog.on_offline = self._log_offline
         plog.space = self.space
         self.logs[(topic.name, partition)] = plog
@@ -310,6 +322,7 @@ class LogManager:
                 self.deleted_logs.append(plog)
             else:  # closed by drop_partition, or never opened
                 self.closed.pop((name, p), None)
+                self.closed_starts.pop((name, p), None)
                 self.fs.rmtree(partition_dir(self.log_dir, name, p))
 
     # ---- hosting a subset of partitions (a broker of a cluster) ----------------------
@@ -360,7 +373,8 @@ class LogManager:
             self._update_topic(info, partitions_total, configs)
             plog = self.logs.get(key)
             if plog is None:
-                plog = self._open(info, partition, self.closed.pop(key, 0), clean=False)
+                start = self.closed_starts.pop(key, 0)
+                plog = self._open(info, partition, self.closed.pop(key, 0), False, start)
             return plog
         # Refuse bad configs before anything is written.
         if configs is not None:
@@ -416,6 +430,8 @@ class LogManager:
                         plog.flush()
                 # An offline log's files are recovered from scratch when it is reopened.
                 self.closed[key] = plog.recovery_point if plog.offline is None else 0
+                if plog.log_start_offset > plog.segments[0].base_offset:
+                    self.closed_starts[key] = plog.log_start_offset
                 plog.close(delay=True)
                 self.deleted_logs.append(plog)
             return True
@@ -434,6 +450,7 @@ class LogManager:
             raise _metadata_failure(exc, f"drop {topic}-{partition}") from exc
         plog = self.logs.pop(key, None)
         self.closed.pop(key, None)
+        self.closed_starts.pop(key, None)
         if plog is not None:
             plog.delete()
             self.deleted_logs.append(plog)
@@ -478,12 +495,17 @@ class LogManager:
     # ---- retention -------------------------------------------------------------------
 
     def enforce_retention(self) -> int:
-        """Delete whole segments past retention.ms or retention.bytes; return how many."""
+        """Delete whole segments past retention.ms or retention.bytes, and those wholly
+        below the log start offset; return how many."""
         now = self.clock.now_ms()
         deleted = 0
         for plog in self:
             cfg = plog.config
-            if not cfg.cleanup_delete or plog.offline is not None:
+            if plog.offline is not None:
+                continue
+            # Whatever the cleanup policy, as Kafka: what DeleteRecords cut off goes.
+            deleted += plog.delete_segments_below_start()
+            if not cfg.cleanup_delete:
                 continue
             count = 0
             if cfg.retention_ms >= 0:
@@ -541,7 +563,8 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> bool:
         """Kafka's checkpoint format: version, count, then `topic partition offset` lines.
-        Returns whether it was written."""
+        Returns whether it was written (with the log start offsets' checkpoint)."""
+        starts_written = self.checkpoint_log_start_offsets()
         points = {(p.topic, p.partition): p.recovery_point for p in self.logs.values()}
         points.update(self.closed)
         lines = [f"{t} {p} {point}" for (t, p), point in points.items()]
@@ -560,7 +583,53 @@ class LogManager:
         if self._checkpoint_failing:
             log.info("recovery-point checkpoint written again")
         self._checkpoint_failing = False
+        return starts_written
+
+    def _log_start_moved(self, plog: PartitionLog) -> None:
+        self.checkpoint_log_start_offsets()
+
+    @property
+    def log_start_checkpoint_failing(self) -> bool:
+        """The last write of log-start-offset-checkpoint failed: a moved log start offset
+        may not survive a restart yet."""
+        return self._log_start_failing
+
+    def checkpoint_log_start_offsets(self) -> bool:
+        """Write log-start-offset-checkpoint: the log start offsets past the first segment's
+        base (the base itself survives on disk as the segment's name). Written whenever one
+        moves (DeleteRecords, a follower following its leader, a truncation below it) and
+        with every recovery-point checkpoint, so a deleted topic's entry never outlives it
+        long enough to meet a new topic of the same name. Returns whether it was written."""
+        starts = {
+            (p.topic, p.partition): p.log_start_offset
+            for p in self.logs.values()
+            if p.log_start_offset > p.segments[0].base_offset
+        }
+        starts.update(self.closed_starts)
+        path = os.path.join(self.log_dir, offset_checkpoint.LOG_START_CHECKPOINT)
+        try:
+            offset_checkpoint.write(self.fs, path, starts)
+        except OSError as exc:
+            if not self._log_start_failing:
+                log.warning("log-start-offset checkpoint not written (%s); retried later", exc)
+            self._log_start_failing = True
+            return False
+        if self._log_start_failing:
+            log.info("log-start-offset checkpoint written again")
+        self._log_start_failing = False
         return True
+
+    def _read_log_starts(self) -> dict[tuple[str, int], int]:
+        path = os.path.join(self.log_dir, offset_checkpoint.LOG_START_CHECKPOINT)
+        try:
+            return offset_checkpoint.read(self.fs, path)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            log.error(
+                "ignoring an unreadable %s: records deleted with DeleteRecords may be "
+                "readable again until it is deleted again",
+                path,
+            )
+            return {}
 
     def _read_checkpoint(self) -> dict[tuple[str, int], int]:
         path = os.path.join(self.log_dir, RECOVERY_CHECKPOINT)

@@ -1,7 +1,10 @@
 """PartitionLog: the ordered segments of one partition, and its offsets.
 
 Offsets that matter, lowest to highest:
-- `log_start_offset`: the first offset still held (retention moves it).
+- `log_start_offset`: the first offset offered to readers. Retention moves it with the
+  segments it deletes; DeleteRecords (and, on a follower, its leader's) moves it past the
+  first segment's base, and the segments wholly below it go at the next retention pass
+  (Kafka's logStartOffset). The log manager persists it in log-start-offset-checkpoint.
 - `high_watermark`: what consumers may read. In durable mode (the default) it is the
   flushed offset, so no consumer ever sees data a crash could take back. A replicated
   partition hands it to the replication layer (`hw_follows_local = False`), which moves it
@@ -146,6 +149,7 @@ class PartitionLog:
         segments: list[LogSegment],
         recovery_point: int,
         producer_state: ProducerStateManager | None = None,
+        log_start_offset: int = 0,
     ) -> None:
         invariant(bool(segments), "a partition log always has an active segment")
         self.fs = fs
@@ -157,6 +161,10 @@ class PartitionLog:
         self.segments = segments
         self.leader_epoch = 0
         self.log_end_offset = segments[-1].next_offset
+        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
+        # Told when the log start offset moved other than with deleted segments, so that
+        # it is persisted (the log manager's checkpoint).
+        self.on_log_start_moved: Callable[[PartitionLog], object] | None = None
         self.flushed_offset = min(recovery_point, self.log_end_offset)
         # What the recovery-point checkpoint may claim: everything below is on disk. It
         # moves with every flush and with every roll (which syncs the old segment), so after
@@ -215,7 +223,32 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        return self._log_start_offset
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (Kafka's maybeIncrementLogStartOffset):
+        reads below it answer OFFSET_OUT_OF_RANGE, ListOffsets EARLIEST returns it, and
+        retention deletes the segments wholly below it. Never past the high watermark
+        (OFFSET_OUT_OF_RANGE), never back. Producer state is kept: an open transaction
+        that began below the new start stays open (the last stable offset is held at the
+        log start until it ends). True if it moved."""
+        self.check_online()
+        if offset > self.high_watermark:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"cannot move the log start offset of {self.name} to {offset}, past its "
+                f"high watermark {self.high_watermark}",
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        self._log_start_moved()
+        return True
+
+    def _log_start_moved(self) -> None:
+        if self.on_log_start_moved is not None:
+            self.on_log_start_moved(self)
 
     @property
     def size_bytes(self) -> int:
@@ -631,23 +664,25 @@ class PartitionLog:
         """(offset, timestamp) of the first record with a timestamp at or after `timestamp`.
 
         The time index finds the segment and a starting point; batch headers (each carries
-        its max timestamp) find the batch; only that one batch is decoded.
+        its max timestamp) find the batch; only that one batch is decoded. Records below
+        the log start offset are not offered (Kafka searches from it).
         """
+        first = self._log_start_offset
         for segment in self.segments:
-            if segment.max_timestamp < timestamp:
+            if segment.max_timestamp < timestamp or segment.next_offset <= first:
                 continue
-            start = segment.time_index.lookup(timestamp)
+            start = max(segment.time_index.lookup(timestamp), first)
             _, position = segment.offset_index.lookup(start)
             for location in segment.read_headers(position):
                 header = location.header
                 if header.base_offset >= self.high_watermark:
                     return None
-                if header.max_timestamp >= timestamp:
+                if header.max_timestamp >= timestamp and header.next_offset > first:
                     batch = segment.read_bytes(location.position, header.size)
                     for record in decode_records(batch, verify_crc=False):
-                        if record.timestamp >= timestamp:
+                        if record.timestamp >= timestamp and record.offset >= first:
                             return record.offset, record.timestamp
-                    return header.base_offset, header.max_timestamp
+                    return max(header.base_offset, first), header.max_timestamp
         return None
 
     # ---- retention -------------------------------------------------------------------
@@ -667,8 +702,20 @@ class PartitionLog:
             self.retire(segment)
         del self.segments[:deletable]
         if deletable:
+            self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
             self.epochs.truncate_from_start(self.log_start_offset)
         return deletable
+
+    def delete_segments_below_start(self) -> int:
+        """Delete the segments wholly below the log start offset, those whose successor
+        starts at or below it (Kafka's deleteLogStartOffsetBreachedSegments, whatever the
+        cleanup policy); the active segment stays. Returns how many went."""
+        count = 0
+        for successor in self.segments[1:]:
+            if successor.base_offset > self._log_start_offset:
+                break
+            count += 1
+        return self.delete_oldest_segments(count) if count else 0
 
     def retire(self, segment: LogSegment) -> None:
         """Close a segment that left the log only after FILE_DELETE_DELAY_MS."""
@@ -707,9 +754,12 @@ class PartitionLog:
             # there (this replica led, then lost leadership before any append).
             self.epochs.truncate_from_end(self.log_end_offset)
             return False
-        if offset < self.log_start_offset:
+        if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
+        if offset < self._log_start_offset:  # as Kafka: the start comes down with the end
+            self._log_start_offset = offset
+            self._log_start_moved()
         self._truncations += 1
         try:
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
@@ -760,6 +810,9 @@ class PartitionLog:
             ) from exc
         self.segments = [segment]
         self.log_end_offset = offset
+        if offset != self._log_start_offset:
+            self._log_start_offset = offset
+            self._log_start_moved()
         self.flushed_offset = self.recovery_point = offset
         self._dirty = []
         self.high_watermark = offset
@@ -854,7 +907,9 @@ class PartitionLog:
         """The first offset of the oldest open transaction, or the high watermark."""
         first = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if first is None else min(first, hw)
+        # A transaction open from below the log start holds it there (Kafka's
+        # maybeIncrementFirstUnstableOffset), never below.
+        return hw if first is None else min(max(first, self._log_start_offset), hw)
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool

@@ -4,6 +4,10 @@ After a clean shutdown the index files are trusted (if sane). After a crash ever
 from the one holding the recovery point onward is validated batch by batch: a torn or
 corrupt tail is truncated and later segments are deleted, because nothing after a hole can
 be trusted. Indexes are derived data, rebuilt whenever they are missing or wrong.
+
+The log start offset is the checkpointed one (DeleteRecords moved it), or the first
+segment's base if higher. A log that ends below it (its files were lost) starts empty
+there, as Kafka's loader does: deleted records never come back.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def open_partition(
     clock: Clock,
     recovery_point: int,
     clean_shutdown: bool,
+    log_start_offset: int = 0,
 ) -> tuple[PartitionLog, RecoveryStats]:
     fs.makedirs(directory)
     names = fs.listdir(directory)
@@ -108,10 +113,20 @@ def open_partition(
         segments[-1].next_offset
         if clean_shutdown
         else min(recovery_point, segments[-1].next_offset),
+        log_start_offset=min(log_start_offset, segments[-1].next_offset),
     )
     if not clean_shutdown:
         plog.flush()  # what recovery validated becomes durable before anyone reads it
     replayed = plog.rebuild_producer_state()
+    if log_start_offset > plog.log_end_offset:
+        log.warning(
+            "%s-%d: the log ends at %d, below its log start offset %d: starting it empty there",
+            topic,
+            partition,
+            plog.log_end_offset,
+            log_start_offset,
+        )
+        plog.truncate_fully_and_start_at(log_start_offset)
     return plog, RecoveryStats(scanned, truncated, deleted, replayed)
 
 

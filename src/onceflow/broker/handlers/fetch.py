@@ -178,7 +178,7 @@ def _read_for_follower(
             f"{replica} is not a follower of {plog.name}",
         )
     result = plog.read(p.fetch_offset, max_bytes, plog.log_end_offset, True)
-    ctx.broker.follower_fetched(plog, replica, p.fetch_offset)
+    ctx.broker.follower_fetched(plog, replica, p.fetch_offset, getattr(p, "log_start_offset", -1))
     return _PartitionRead(
         p.partition,
         ErrorCode.none,

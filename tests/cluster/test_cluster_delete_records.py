@@ -1,0 +1,97 @@
+"""DeleteRecords on a replicated partition: the answer waits until every live replica has
+moved its log start offset (the low watermark), times out while a follower cannot, and the
+followers' moved starts survive the leader's death (a new leader never offers the deleted
+records again)."""
+
+from __future__ import annotations
+
+import os
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from tests.helpers.clients import (
+    admin_client,
+    consumer,
+    create_topic,
+    produce_and_confirm,
+    producer,
+)
+from tests.helpers.cluster import Cluster, ClusterBroker, cluster_fixture
+
+three = cluster_fixture(3, scope="module", overrides={"min.insync.replicas": "2"})
+T = 20.0
+
+
+def _delete(cluster: Cluster, tp: TopicPartition, timeout: float = T) -> int | KafkaError:
+    admin = admin_client(cluster.bootstrap)
+    future = admin.delete_records([tp], request_timeout=T, operation_timeout=timeout)[tp]
+    try:
+        return int(future.result(T).low_watermark)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        return error
+
+
+def _earliest(bs: str, topic: str, partition: int) -> int:
+    c = consumer(bs)
+    try:
+        low, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=T)
+        return int(low)
+    finally:
+        c.close()
+
+
+def _checkpointed_start(broker: ClusterBroker, topic: str) -> int | None:
+    """The log start offset a broker's log-start-offset-checkpoint holds for topic-0."""
+    path = os.path.join(broker.data_dir, "log-start-offset-checkpoint")
+    with open(path) as f:
+        for line in f.read().splitlines()[2:]:
+            name, partition, offset = line.rsplit(" ", 2)
+            if (name, partition) == (topic, "0"):
+                return int(offset)
+    return None
+
+
+def test_delete_records_waits_for_the_replicas(three: Cluster) -> None:
+    bs = three.bootstrap
+    topic = create_topic(bs, replication_factor=3)
+    records = [(0, None, b"r%d" % i, None) for i in range(20)]
+    assert not produce_and_confirm(producer(bs, acks="all"), topic, records).errors
+    leader = three.leader_of(topic, 0)
+    followers = [b for b in three.brokers if b is not leader]
+
+    assert _delete(three, TopicPartition(topic, 0, 8)) == 8
+    # The answer came once every follower had moved too: each checkpointed it.
+    assert [_checkpointed_start(b, topic) for b in followers] == [8, 8]
+
+    paused = followers[0]
+    paused.pause()
+    try:
+        timed_out = _delete(three, TopicPartition(topic, 0, 12), timeout=2.0)
+        assert isinstance(timed_out, KafkaError)
+        assert timed_out.code() == KafkaError.REQUEST_TIMED_OUT
+        assert _earliest(bs, topic, 0) == 12  # the leader moved at once
+    finally:
+        paused.resume()
+    assert _delete(three, TopicPartition(topic, 0, 12)) == 12
+    assert _checkpointed_start(paused, topic) == 12
+
+    leader.kill()
+    try:
+        new_leader = three.leader_of(topic, 0)
+        assert new_leader is not leader
+        assert _earliest(bs, topic, 0) == 12
+        reader = consumer(bs, **{"auto.offset.reset": "earliest"})
+        reader.assign([TopicPartition(topic, 0, 0)])
+        try:
+            first = None
+            for _ in range(100):
+                msg = reader.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    first = msg.offset()
+                    break
+            assert first == 12
+        finally:
+            reader.close()
+    finally:
+        leader.start()
