@@ -54,6 +54,7 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -94,6 +95,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),

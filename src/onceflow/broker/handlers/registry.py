@@ -13,6 +13,7 @@ from onceflow.broker.handlers import (
     records_admin,
     sasl,
     scram,
+    topic_partitions,
     txn,
     txn_admin,
 )
@@ -39,6 +40,7 @@ HANDLERS: dict[int, Handler] = {
     **group.HANDLERS,
     **groups_admin.HANDLERS,
     **records_admin.HANDLERS,
+    **topic_partitions.HANDLERS,
     **txn.HANDLERS,
     **txn_admin.HANDLERS,
     **sasl.HANDLERS,
