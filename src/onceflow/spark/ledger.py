@@ -33,11 +33,21 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from onceflow.spark.access import (
+    ACCESS_DENIED,
+    ConnectionErrors,
+    access_error,
+    check_client,
+    in_slices,
+    list_topics,
+)
+
 __all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "LedgerEntry", "ledger_group"]
 
 DEFAULT_LEDGER_TOPIC = "__onceflow_sink_ledger"
 LEDGER_GROUP_PREFIX = "onceflow-sink-"
 LEDGER_PARTITION = 0
+LEDGER_DENIED = ACCESS_DENIED | {KafkaError.GROUP_AUTHORIZATION_FAILED}
 
 # Ledger topics this process has already seen exist (Python workers are reused across
 # tasks, so most tasks skip the metadata round trip). Keyed by (bootstrap servers, topic).
@@ -79,6 +89,7 @@ class Ledger:
         self.timeout_s = timeout_s
         self._client_config = dict(client_config)
         self._logger = logger
+        self._errors = ConnectionErrors()
         consumer_config: dict[str, Any] = {
             **self._client_config,
             "group.id": self.group_id,
@@ -88,6 +99,7 @@ class Ledger:
             "isolation.level": "read_committed",
             "allow.auto.create.topics": False,
             "logger": logger,
+            "error_cb": self._errors,
         }
         self._consumer = Consumer(consumer_config)
 
@@ -136,15 +148,30 @@ class Ledger:
         return (self._client_config.get("bootstrap.servers", ""), self.topic)
 
     def _topic_exists(self) -> bool:
-        md = self._consumer.list_topics(self.topic, timeout=self.timeout_s)
+        # The task's first Kafka call: a refused login fails it here, at once.
+        md = list_topics(self._consumer, self._errors, self.timeout_s, self.topic)
         t = md.topics.get(self.topic)
+        if t is not None and isinstance(t.error, KafkaError) and t.error.code() in ACCESS_DENIED:
+            raise access_error(t.error, f"cannot describe the sink's ledger topic '{self.topic}'")
         return t is not None and t.error is None and LEDGER_PARTITION in t.partitions
 
     def read(self) -> LedgerEntry | None:
         """The committed entry, or None when the task has written nothing yet. Waits out a
         pending (undecided) entry."""
         tp = TopicPartition(self.topic, LEDGER_PARTITION)
-        (got,) = self._consumer.committed([tp], timeout=self.timeout_s)
+        # Without READ on the group librdkafka finds no coordinator and committed() would
+        # wait out its timeout; the consumer's error events say why at once.
+        (got,) = in_slices(
+            lambda t: self._consumer.committed([tp], timeout=t),
+            lambda: check_client(
+                self._consumer,
+                self._errors,
+                f"cannot read the ledger group '{self.group_id}'",
+                LEDGER_DENIED,
+            ),
+            self._errors,
+            self.timeout_s,
+        )
         if got.error is not None:
             raise KafkaException(got.error)
         if got.offset < 0:

@@ -23,13 +23,16 @@ from onceflow.spark.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPart
 
 __all__ = [
     "DEFAULT_POLL_TIMEOUT_MS",
+    "REDACTED",
     "SOURCE_OPTIONS",
+    "ClientConfig",
     "OffsetsOption",
     "OptionError",
     "SourceOptions",
     "Subscription",
     "check_batch_source",
     "check_stream_source",
+    "is_secret",
     "kafka_client_config",
     "parse_source_options",
 ]
@@ -47,11 +50,33 @@ class OptionError(ValueError):
     message names the option."""
 
 
-def kafka_client_config(options: Mapping[str, str]) -> dict[str, str]:
+# Settings whose values are secrets (librdkafka's and Java's names), by name; a value that
+# holds a password (a JAAS line) is one too, as Spark's own redaction judges.
+_SECRET_KEY = re.compile(
+    r"password|secret|token|credential|jaas|oauthbearer\.config|key\.pem$|keystore\.key$"
+)
+REDACTED = "*********(redacted)"
+
+
+def is_secret(key: str, value: str) -> bool:
+    """Whether a Kafka client setting must never be shown."""
+    return bool(_SECRET_KEY.search(key.lower())) or "password" in value.lower()
+
+
+class ClientConfig(dict[str, str]):
+    """Kafka client settings whose repr (hence str, logging and tracebacks that show it)
+    never holds a secret: passwords, keys and JAAS lines read as REDACTED."""
+
+    def __repr__(self) -> str:
+        return repr({k: REDACTED if is_secret(k, v) else v for k, v in self.items()})
+
+
+def kafka_client_config(options: Mapping[str, str]) -> ClientConfig:
     """The `kafka.*` options with the prefix stripped (`kafka.bootstrap.servers` ->
-    `bootstrap.servers`): the configuration handed to confluent-kafka clients. Keys are
-    lowercased, as Kafka's and librdkafka's property names are."""
-    out: dict[str, str] = {}
+    `bootstrap.servers`): the configuration handed to every confluent-kafka client, on the
+    driver and in the tasks (security settings included). Keys are lowercased, as Kafka's
+    and librdkafka's property names are."""
+    out = ClientConfig()
     for key, value in options.items():
         lower = key.lower()
         if lower.startswith(KAFKA_PREFIX) and len(lower) > len(KAFKA_PREFIX):
@@ -151,7 +176,7 @@ class Subscription:
 class SourceOptions:
     """The checked options of a read."""
 
-    kafka: dict[str, str]
+    kafka: ClientConfig
     subscription: Subscription
     starting: OffsetsOption | None  # None: not given (batch: earliest, stream: latest)
     ending: OffsetsOption | None  # None: not given (batch: latest; streams take none)

@@ -81,6 +81,13 @@ else:
             pass
 
 
+from onceflow.spark.access import (
+    ACCESS_DENIED,
+    ConnectionErrors,
+    access_error,
+    check_client,
+    list_topics,
+)
 from onceflow.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -240,32 +247,49 @@ class KafkaMetadata:
     """Partition discovery and ListOffsets through one lazily created AdminClient."""
 
     def __init__(self, kafka: Mapping[str, str]) -> None:
-        self._conf: dict[str, str | int | float | bool] = dict(kafka)
+        # Looking a named topic up must never create it.
+        self._conf: dict[str, Any] = {**kafka, "allow.auto.create.topics": False}
         self._admin: AdminClient | None = None
+        self._errors = ConnectionErrors()
 
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self._conf)
+            self._errors = ConnectionErrors()
+            conf: dict[str, Any] = {**self._conf, "error_cb": self._errors}
+            self._admin = AdminClient(conf)
         return self._admin
 
     def close(self) -> None:
         self._admin = None
 
     def partitions(self, sub: Subscription) -> list[TopicPartitionKey]:
-        """The partitions of the subscription that exist now, sorted."""
-        md = self.admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+        """The partitions of the subscription that exist now, sorted. A named topic the
+        principal may not describe is a KafkaAccessError, not a topic that does not exist."""
+        md = list_topics(self.admin, self._errors, ADMIN_TIMEOUT_S)
         existing: dict[str, list[int]] = {
             name: sorted(t.partitions) for name, t in md.topics.items() if t.error is None
         }
         if sub.kind == "subscribe":
+            self.check_access(t for t in sub.topics if t not in existing)
             names = [t for t in sub.topics if t in existing]
         elif sub.kind == "subscribePattern":
             rx = re.compile(sub.pattern or "")
             names = [t for t in existing if t not in INTERNAL_TOPICS and rx.fullmatch(t)]
         else:
+            self.check_access({t for t, _ in sub.partitions if t not in existing})
             return [tp for tp in sub.partitions if tp[1] in existing.get(tp[0], ())]
         return sorted((t, p) for t in names for p in existing[t])
+
+    def check_access(self, topics: Iterable[str]) -> None:
+        """Topics missing from the full listing: Kafka leaves out those the principal may
+        not describe, so ask for each by name, which says TOPIC_AUTHORIZATION_FAILED."""
+        for topic in sorted(set(topics)):
+            md = list_topics(self.admin, self._errors, ADMIN_TIMEOUT_S, topic)
+            found = md.topics.get(topic)
+            err = found.error if found is not None else None
+            if isinstance(err, KafkaError) and err.code() in ACCESS_DENIED:
+                raise access_error(err, f"cannot describe topic '{topic}'")
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """Log start offsets."""
@@ -296,6 +320,7 @@ class KafkaMetadata:
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 code = err.code() if isinstance(err, KafkaError) else None
+                self._raise_if_denied(err, f"ListOffsets of {_names(keys)}")
                 # A leader moving (a broker died or shut down, on a cluster) is waited out
                 # until the deadline; librdkafka's admin client does not call it retriable.
                 moving = code in LEADER_MOVING and time.monotonic() < deadline
@@ -304,6 +329,17 @@ class KafkaMetadata:
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
                 self.close()  # a new client asks the cluster afresh who leads
                 time.sleep(LIST_OFFSETS_BACKOFF_S)
+
+    def _raise_if_denied(self, err: object, what: str) -> None:
+        """A denied operation or a refused login is a KafkaAccessError: never retried, and
+        never mistaken for a partition that was deleted."""
+        if isinstance(err, KafkaError) and err.code() in ACCESS_DENIED:
+            raise access_error(err, what)
+        check_client(self.admin, self._errors, what)
+
+
+def _names(tps: Iterable[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in tps)
 
 
 def resolve_offsets(
@@ -529,6 +565,9 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             time.sleep(0.5)
             tps = self.meta.partitions(opts.subscription)
             gone = sorted(set(begin) - set(tps))
+        # A topic the principal may no longer describe vanishes from a pattern's listing
+        # too: that is a KafkaAccessError, never lost data.
+        self.meta.check_access(t for t, _ in gone)
         if gone and opts.fail_on_data_loss:
             names = ", ".join(f"{t}-{p} (read up to {begin[(t, p)]})" for t, p in gone)
             raise DataLossError(
@@ -628,6 +667,8 @@ class _RangeReader:
                 if err is not None:
                     if err.fatal():
                         raise KafkaException(err)
+                    if err.code() in ACCESS_DENIED:  # waiting cannot help: fail the task now
+                        raise access_error(err, f"reading {self.name}")
                     if err.code() in (
                         KafkaError._AUTO_OFFSET_RESET,
                         KafkaError.OFFSET_OUT_OF_RANGE,

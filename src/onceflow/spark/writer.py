@@ -77,8 +77,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from onceflow.spark.access import KafkaAccessError
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, Ledger
-from onceflow.spark.options import SOURCE_OPTIONS, OptionError, kafka_client_config
+from onceflow.spark.options import (
+    SOURCE_OPTIONS,
+    ClientConfig,
+    OptionError,
+    kafka_client_config,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -180,7 +186,8 @@ class SinkColumns:
 
 @dataclass(frozen=True)
 class SinkConfig:
-    """Everything a write task needs. Built on the driver, pickled to the tasks."""
+    """Everything a write task needs. Built on the driver, pickled to the tasks. The
+    client settings are a ClientConfig, so no repr of this shows a secret."""
 
     client_config: Mapping[str, str]
     columns: SinkColumns
@@ -190,6 +197,10 @@ class SinkConfig:
     explicit_sink_id: bool = False
     ledger_topic: str = DEFAULT_LEDGER_TOPIC
     timeout_s: float = OPERATION_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.client_config, ClientConfig):
+            object.__setattr__(self, "client_config", ClientConfig(self.client_config))
 
 
 @dataclass(frozen=True)
@@ -425,12 +436,16 @@ def write_task(
         in_txn = False
         log.info("%s: committed %d records and its ledger entry", task, records)
         return _message(task, "written", records, sorted(topics))
-    except (KafkaException, SystemError) as exc:
+    except (KafkaException, KafkaAccessError, SystemError) as exc:
         kafka_exc = _kafka_exception(exc)
         if ledger is not None:
             ledger.forget_topic()
         if in_txn:
             _abort_quietly(producer, task, config.timeout_s)
+        if isinstance(exc, KafkaAccessError):
+            raise SinkWriteError(
+                f"{task} (transactional id '{task.transactional_id}'): {exc}"
+            ) from exc
         if kafka_exc is None:
             raise
         raise SinkWriteError(_describe(kafka_exc, task)) from kafka_exc
