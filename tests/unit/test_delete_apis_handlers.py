@@ -220,3 +220,25 @@ def test_delete_records_offsets_and_policies(tmp_path: Path) -> None:
         assert answers(everything) == {(OPEN, 0): (6, ErrorCode.none)}  # the high watermark
 
     run(tmp_path, body)
+
+
+def test_delete_records_is_not_a_success_until_checkpointed(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.use(None)
+        await produce(h, OPEN, 4)
+        checkpoint = tmp_path / "data" / "log-start-offset-checkpoint"
+        checkpoint.unlink(missing_ok=True)
+        checkpoint.mkdir()  # the file cannot be replaced now
+        both = delete_records_fields({(OPEN, 0): 2, (OPEN, 1): 0})
+        failed = await h.call(ApiKey.DELETE_RECORDS, 2, **both)
+        assert answers(failed) == {
+            (OPEN, 0): (-1, ErrorCode.kafka_storage_error),
+            (OPEN, 1): (-1, ErrorCode.kafka_storage_error),
+        }
+        checkpoint.rmdir()
+        retried = await h.call(ApiKey.DELETE_RECORDS, 2, **both)
+        assert answers(retried) == {(OPEN, 0): (2, ErrorCode.none), (OPEN, 1): (0, ErrorCode.none)}
+        lines = checkpoint.read_text().splitlines()
+        assert lines[:2] == ["0", "1"] and lines[2] == f"{OPEN} 0 2"
+
+    run(tmp_path, body)

@@ -93,6 +93,8 @@ class LogManager:
         # Their log start offsets, where past the first segment (log-start-offset-checkpoint).
         self.closed_starts: dict[tuple[str, int], int] = {}
         self._log_start_failing = False
+        self._log_start_held = 0  # > 0: moves are checkpointed once, when the hold ends
+        self._log_start_pending = False
         # The partitions the checkpoint file on disk names (read at load, or last written):
         # hosting one of them again must first write it without the old recovery point.
         self._checkpointed: set[tuple[str, int]] = set()
@@ -586,7 +588,23 @@ class LogManager:
         return starts_written
 
     def _log_start_moved(self, plog: PartitionLog) -> None:
-        self.checkpoint_log_start_offsets()
+        if self._log_start_held:
+            self._log_start_pending = True
+        else:
+            self.checkpoint_log_start_offsets()
+
+    @contextlib.contextmanager
+    def log_start_batch(self) -> Iterator[None]:
+        """Checkpoint the log start offsets moved inside the block once, at its end (a
+        DeleteRecords over many partitions writes the file once, not once each)."""
+        self._log_start_held += 1
+        try:
+            yield
+        finally:
+            self._log_start_held -= 1
+            if not self._log_start_held and self._log_start_pending:
+                self._log_start_pending = False
+                self.checkpoint_log_start_offsets()
 
     @property
     def log_start_checkpoint_failing(self) -> bool:

@@ -6,7 +6,8 @@ topic one may not delete is never said not to exist), then UNKNOWN_TOPIC_OR_PART
 the leader: an internal topic answers INVALID_TOPIC_EXCEPTION, a topic without the delete
 cleanup policy POLICY_VIOLATION, an offset past the high watermark (or negative, but -1,
 which means the high watermark) OFFSET_OUT_OF_RANGE. A moved log start offset is in the
-log-start-offset checkpoint before the answer (KAFKA_STORAGE_ERROR if it cannot be written).
+log-start-offset checkpoint before the answer, written once per request (KAFKA_STORAGE_ERROR
+if it cannot be).
 
 Each answer carries the partition's low watermark: alone, its log start offset; on a
 cluster, the lowest log start offset over the replicas on live brokers, which the request
@@ -48,15 +49,26 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
         ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics)
     )
     results: dict[Key, _Result] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            key = (topic.name, int(p.partition_index))
-            if topic.name in denied:
-                results[key] = _Result(INVALID_LOW_WATERMARK, ErrorCode.topic_authorization_failed)
-            elif not broker.has_partition(*key):
-                results[key] = _Result(INVALID_LOW_WATERMARK, ErrorCode.unknown_topic_or_partition)
-            else:
-                results[key] = _delete_on_leader(ctx, key, int(p.offset))
+    with broker.logs.log_start_batch():  # one checkpoint write for the whole request
+        for topic in request.topics:
+            for p in topic.partitions:
+                key = (topic.name, int(p.partition_index))
+                if topic.name in denied:
+                    error = ErrorCode.topic_authorization_failed
+                    results[key] = _Result(INVALID_LOW_WATERMARK, error)
+                elif not broker.has_partition(*key):
+                    error = ErrorCode.unknown_topic_or_partition
+                    results[key] = _Result(INVALID_LOW_WATERMARK, error)
+                else:
+                    results[key] = _delete_on_leader(ctx, key, int(p.offset))
+    logs = broker.logs
+    if logs.log_start_checkpoint_failing and not logs.checkpoint_log_start_offsets():
+        # Moved, but a restart could bring the records back: not a success.
+        for result in results.values():
+            if result.error is ErrorCode.none:
+                _cancel(result)
+                result.low_watermark = INVALID_LOW_WATERMARK
+                result.error = ErrorCode.kafka_storage_error
     waits = [r.wait for r in results.values() if r.wait is not None]
     if waits:
         await _wait_all(waits, int(request.timeout // _ONE_MS))
@@ -105,12 +117,6 @@ def _delete_on_leader(ctx: RequestContext, key: Key, offset: int) -> _Result:
                 ErrorCode.offset_out_of_range, f"The offset {target} for {plog.name} is not valid"
             )
         plog.increment_log_start_offset(target)
-        logs = broker.logs
-        if logs.log_start_checkpoint_failing and not logs.checkpoint_log_start_offsets():
-            raise KafkaError(
-                ErrorCode.kafka_storage_error,
-                f"the log start offset of {plog.name} moved but could not be checkpointed",
-            )
     except KafkaError as exc:
         return _Result(INVALID_LOW_WATERMARK, exc.code)
     partition = broker.replicated(plog)
@@ -126,6 +132,12 @@ async def _wait_all(waits: list[asyncio.Future[int]], timeout_ms: int) -> None:
     pending = [w for w in waits if not w.done()]
     if pending and timeout_ms > 0:
         await asyncio.wait(pending, timeout=timeout_ms / 1000)
+
+
+def _cancel(result: _Result) -> None:
+    if result.wait is not None:
+        result.wait.cancel()
+        result.wait = None
 
 
 def _settle(result: _Result, wait: asyncio.Future[int]) -> None:
