@@ -1,10 +1,13 @@
-"""`onceflow topics create|list|describe|delete`: topic administration over the Kafka protocol.
+"""`onceflow topics create|list|describe|alter|delete`: topic administration over the Kafka
+protocol.
 
 Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and kafka_wire for
 DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
 cluster, with `--command-config` for a secured one. Topic listings come from a metadata
 request for all topics: asking for one topic by name could auto-create it on a broker that
-allows that.
+allows that. `alter` adds partitions (CreatePartitions) and sets or deletes config overrides
+(IncrementalAlterConfigs), each validated by the broker before either is applied, so a bad
+config value does not leave the partitions added.
 """
 
 from __future__ import annotations
@@ -16,15 +19,20 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 from confluent_kafka.cimpl import CONFIG_SOURCE_DEFAULT_CONFIG
 
 from onceflow.cli.admin import connect_admin
+from onceflow.cli.admin_errors import error_code, error_text
 from onceflow.cli.command_config import add_command_config_option, wire_security
 from onceflow.cli.common import (
     CliError,
+    UsageError,
     add_bootstrap_option,
     describe_kafka_error,
     explain_failure,
@@ -97,6 +105,33 @@ def register(commands: Any) -> None:
     )
     describe.set_defaults(func=run_describe, command_parser=describe)
 
+    alter = actions.add_parser(
+        "alter", parents=[common], help="add partitions, set or delete config overrides"
+    )
+    alter.add_argument("topic")
+    alter.add_argument(
+        "--partitions",
+        type=positive_int,
+        help="the new partition count (only more: keyed records may then map elsewhere)",
+    )
+    alter.add_argument(
+        "--config",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config such as retention.ms=60000; repeatable",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove an override (back to the broker's default); repeatable",
+    )
+    alter.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
+    alter.set_defaults(func=run_alter, command_parser=alter)
+
     delete = actions.add_parser("delete", parents=[common], help="delete topics")
     delete.add_argument("topics", nargs="+", metavar="TOPIC")
     delete.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
@@ -147,6 +182,48 @@ def run_list(args: argparse.Namespace) -> int:
     for name in sorted(metadata.topics):
         if not (args.exclude_internal and name.startswith("__")):
             print(name)
+    return 0
+
+
+def _alter_steps(admin: Any, args: argparse.Namespace, validate_only: bool) -> list[Any]:
+    """The futures of the requested changes (CreatePartitions, IncrementalAlterConfigs)."""
+    timeout = _timeout_s(args)
+    options = {"request_timeout": timeout, "validate_only": validate_only}
+    futures = []
+    if args.partitions is not None:
+        new = [NewPartitions(args.topic, args.partitions)]
+        created = admin.create_partitions(new, operation_timeout=timeout, **options)
+        futures.append(created[args.topic])
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in args.config
+    ] + [
+        ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key in args.delete_config
+    ]
+    if entries:
+        resource = ConfigResource("topic", args.topic, incremental_configs=entries)
+        futures.extend(admin.incremental_alter_configs([resource], **options).values())
+    return futures
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise UsageError("give --partitions, --config or --delete-config")
+    admin = connect_admin(args)
+    for validate_only in (True, False):
+        for future in _alter_steps(admin, args, validate_only):
+            try:
+                future.result()
+            except KafkaException as exc:
+                if args.if_exists and error_code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return 0
+                reason = error_text(exc, admin)
+                raise CliError(f"cannot alter topic {args.topic}: {reason}") from None
+    if args.partitions is not None:
+        print(f"Increased the partition count of topic {args.topic} to {args.partitions}.")
+    if args.config or args.delete_config:
+        print(f"Completed updating config for topic {args.topic}.")
     return 0
 
 
