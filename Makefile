@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium venv
+.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-node kafkajs venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -52,6 +52,39 @@ check-chromium:
 	@test -x $(CHROMIUM) -a -x $(CHROMEDRIVER) || { \
 	  echo "error: the console's browser tests need Chromium ($(CHROMIUM)) and chromedriver ($(CHROMEDRIVER)): install Debian's 'chromium' and 'chromium-driver' packages (sudo apt-get install chromium chromium-driver)." >&2; exit 1; }
 
+# kcat (Debian's package, a librdkafka command-line client) drives tests/integration/test_kcat.py:
+# installed where we may (as root, with apt-get), otherwise a clear message says what to install.
+KCAT ?= /usr/bin/kcat
+check-kcat:
+	@test -x $(KCAT) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing kcat (Debian package kcat)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat >/dev/null; }; \
+	  fi; }
+	@test -x $(KCAT) || { \
+	  echo "error: the kcat tests need kcat ($(KCAT)): install Debian's 'kcat' package (sudo apt-get install kcat) or set KCAT." >&2; exit 1; }
+
+# KafkaJS (from npm, pinned in tests/node/package-lock.json) drives tests/integration/test_kafkajs*.py
+# through Node.js scripts; `npm ci` runs only when the lock file is newer than the install.
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+check-node:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Node.js (Debian packages nodejs and npm)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >/dev/null; }; \
+	  fi; }
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "error: the KafkaJS tests need Node.js and npm: install Debian's 'nodejs' and 'npm' packages (sudo apt-get install nodejs npm)." >&2; exit 1; }
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | check-node
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+kafkajs: $(NODE_STAMP)
+
 # `make run ARGS="--brokers N"` (N > 1) runs the demo on a cluster, which needs ZooKeeper;
 # on its one embedded broker (no --brokers, or --brokers 1) it does not.
 DEMO_BROKERS := $(patsubst --brokers=%,%,$(filter --brokers=%,$(subst --brokers ,--brokers=,$(ARGS))))
@@ -69,8 +102,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint check-java check-zookeeper check-chromium
-	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) $(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+test: lint check-java check-zookeeper check-chromium check-kcat kafkajs
+	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) ONCEFLOW_KCAT=$(KCAT) $(BIN)/python -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 
 unit: $(STAMP)
