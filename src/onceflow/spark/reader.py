@@ -162,6 +162,20 @@ class DataLossError(RuntimeError):
     or recreated), and `failOnDataLoss` is true."""
 
 
+class PartitionGone(RuntimeError):
+    """ListOffsets answered that the partition does not exist (its topic was deleted)."""
+
+
+# Answers that mean the partition itself is gone, not that Kafka could not be asked.
+PARTITION_GONE = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
+
+
 class ReadTimeoutError(TimeoutError):
     """A read task made no progress for `kafkaConsumer.pollTimeoutMs` (a safety net: a
     planned range ends at or below the last stable offset, so it normally never fires)."""
@@ -291,6 +305,19 @@ class KafkaMetadata:
             if isinstance(err, KafkaError) and err.code() in ACCESS_DENIED:
                 raise access_error(err, f"cannot describe topic '{topic}'")
 
+    def _gone(self, keys: Iterable[TopicPartitionKey]) -> bool:
+        """Whether Metadata no longer has one of the partitions. librdkafka's "no leaders
+        found" means that, or a partition with no leader just now: only Metadata tells."""
+        for topic, partition in keys:
+            md = list_topics(self.admin, self._errors, ADMIN_TIMEOUT_S, topic)
+            found = md.topics.get(topic)
+            err = found.error if found is not None else None
+            if isinstance(err, KafkaError) and err.code() in ACCESS_DENIED:
+                raise access_error(err, f"cannot describe topic '{topic}'")
+            if found is None or err is not None or partition not in found.partitions:
+                return True
+        return False
+
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """Log start offsets."""
         return self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
@@ -325,6 +352,8 @@ class KafkaMetadata:
                 # until the deadline; librdkafka's admin client does not call it retriable.
                 moving = code in LEADER_MOVING and time.monotonic() < deadline
                 retriable = isinstance(err, KafkaError) and err.retriable()
+                if code in PARTITION_GONE or (code == KafkaError._NOENT and self._gone(keys)):
+                    raise PartitionGone(f"ListOffsets of {_names(keys)}: {exc}") from exc
                 if not moving and (not retriable or attempt >= LIST_OFFSETS_ATTEMPTS):
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
                 self.close()  # a new client asks the cluster afresh who leads
@@ -725,7 +754,10 @@ class _RangeReader:
         try:
             earliest = self.meta.earliest([tp])[tp]
             lso = self.meta.latest([tp])[tp]
-        except RuntimeError as exc:
+        except PartitionGone as exc:
+            # Only an answer that the partition is gone counts as lost data; a cluster that
+            # cannot be asked (down for a minute, say) fails the task, which Spark retries,
+            # rather than have failOnDataLoss=false skip records that still exist.
             if self.opts.fail_on_data_loss:
                 raise DataLossError(
                     f"cannot read {self.name} offsets {start}..{end - 1}: {exc}. The partition "
