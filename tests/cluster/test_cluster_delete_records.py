@@ -1,13 +1,14 @@
 """DeleteRecords on a replicated partition: the answer waits until every live replica has
 moved its log start offset (the low watermark), times out while a follower cannot, and the
 followers' moved starts survive the leader's death (a new leader never offers the deleted
-records again)."""
+records again). DescribeTopicPartitions shows the cluster's replicas, ISR and leaders."""
 
 from __future__ import annotations
 
 import os
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from kafka import KafkaAdminClient
 
 from tests.helpers.clients import (
     admin_client,
@@ -95,3 +96,20 @@ def test_delete_records_waits_for_the_replicas(three: Cluster) -> None:
             reader.close()
     finally:
         leader.start()
+
+
+def test_describe_topic_partitions_on_a_cluster(three: Cluster) -> None:
+    bs = three.bootstrap
+    topic = create_topic(bs, partitions=3, replication_factor=3)
+    admin = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=int(T * 1000))
+    try:
+        result = admin.describe_topic_partitions([topic])
+    finally:
+        admin.close()
+    (described,) = result["topics"]
+    assert described["error_code"] == 0 and result["next_cursor"] is None
+    assert described["topic_id"] is not None and described["topic_id"].int != 0
+    for p in described["partitions"]:
+        assert sorted(p["replica_nodes"]) == [1, 2, 3]
+        assert p["leader_id"] == three.leader_of(topic, p["partition_index"]).broker_id
+        assert p["leader_epoch"] >= 0 and sorted(p["isr_nodes"]) == [1, 2, 3]

@@ -84,12 +84,18 @@ def _missing(name: str) -> ErrorCode:
 
 
 def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
+    """The topic's id; the zero id when it has none (a topic znode written without one)."""
     broker = ctx.broker
     if broker.cluster is not None:
         meta = broker.cluster.topic(name)
-        return ZERO_UUID if meta is None else uuid.UUID(meta.topic_id)
-    info = broker.logs.topics.get(name)
-    return ZERO_UUID if info is None else uuid.UUID(info.topic_id)
+        text = "" if meta is None else meta.topic_id
+    else:
+        info = broker.logs.topics.get(name)
+        text = "" if info is None else info.topic_id
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return ZERO_UUID
 
 
 def _topic(
