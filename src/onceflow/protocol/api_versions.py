@@ -74,7 +74,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.LIST_GROUPS: (0, 2),
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 4),
     ApiKey.DELETE_TOPICS: (1, 3),
     ApiKey.DELETE_RECORDS: (0, 2),
@@ -105,6 +105,24 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
+
+
+# Feature levels (KIP-584) in ApiVersions v3+: (min, max) supported and the level finalized,
+# per feature. Level 0 is the behaviour from before the feature. Not implemented yet:
+# transaction.version 1-2 (KIP-890: flexible transaction-log records, then an epoch bump at
+# every transaction end, which the Java producer turns on when transaction.version >= 2 is
+# finalized) and group.version 1 (KIP-848's consumer protocol), so every client keeps the
+# classic paths. Raise a level only with its feature, and the epoch with every change of
+# FINALIZED_FEATURES: clients keep the finalized levels of the highest epoch they have seen.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "group.version": (0, 0),
+    "transaction.version": (0, 0),
+}
+FINALIZED_FEATURES: dict[str, int] = {
+    "group.version": 0,
+    "transaction.version": 0,
+}
+FINALIZED_FEATURES_EPOCH = 0
 
 
 def is_supported(api_key: int, api_version: int) -> bool:

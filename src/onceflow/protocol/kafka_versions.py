@@ -131,7 +131,6 @@ GAPS: dict[int, str] = {
     15: _NOT_YET,
     16: _NOT_YET,
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
-    18: _NOT_YET,
     19: _NOT_YET,
     20: _NOT_YET,
     22: _NOT_YET,

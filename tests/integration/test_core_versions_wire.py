@@ -1,0 +1,74 @@
+"""The core APIs at every advertised version, over the wire: each request is built with kio's
+schema of that version, sent by a raw client, and the answer decoded with kio's response
+schema of the same version (flexible versions and their tagged fields included).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.codec import build, request_type
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.wire import RawConnection
+
+
+def versions(api: int) -> range:
+    lo, hi = SUPPORTED_VERSIONS[api]
+    return range(lo, hi + 1)
+
+
+def request(api: int, version: int, /, **fields: Any) -> Any:
+    return build(request_type(api, version), **fields)
+
+
+def entity(api: int, version: int, name: str, /, **fields: Any) -> Any:
+    return build(getattr(load_payload_module(api, version, EntityType.request), name), **fields)
+
+
+def call(broker: BrokerProcess, req: Any) -> Any:
+    with RawConnection(broker.bootstrap) as conn:
+        return conn.call(req)
+
+
+# ---- ApiVersions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.API_VERSIONS))
+def test_api_versions(shared_broker: BrokerProcess, version: int) -> None:
+    response = call(
+        shared_broker,
+        request(
+            ApiKey.API_VERSIONS,
+            version,
+            client_software_name="raw-test",
+            client_software_version="1.0",
+        ),
+    )
+    assert response.error_code == 0
+    listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert listed == SUPPORTED_VERSIONS
+    if version >= 4:
+        assert {f.name for f in response.supported_features} == {
+            "group.version",
+            "transaction.version",
+        }
+    if version >= 3:
+        assert response.finalized_features == ()
+
+
+def test_api_versions_above_the_range_answers_v0_with_its_own_range(
+    shared_broker: BrokerProcess,
+) -> None:
+    top = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]
+    req = request(ApiKey.API_VERSIONS, 0)
+    with RawConnection(shared_broker.bootstrap) as conn:
+        correlation = conn.send_request(req, api_version=top + 1)
+        response = conn.read_response(ApiKey.API_VERSIONS, 0, correlation)
+    assert response.error_code == 35  # UNSUPPORTED_VERSION
+    assert [(k.api_key, k.max_version) for k in response.api_keys] == [(18, top)]

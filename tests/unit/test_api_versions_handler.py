@@ -1,0 +1,119 @@
+"""ApiVersions at every version on a real in-process Broker: the advertised ranges, Kafka's
+INVALID_REQUEST for a malformed client software name (v3+), and the feature levels (KIP-584)
+as Kafka 4.x lists them (no zero-minimum feature below v4, no level-0 finalized feature)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.unit.test_handler_authorization import Harness, run
+
+from onceflow.broker.handlers.api_versions import unsupported_version_response
+from onceflow.errors import ErrorCode
+from onceflow.protocol import api_versions
+from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.codec import encode_body
+
+API = ApiKey.API_VERSIONS
+VERSIONS = range(SUPPORTED_VERSIONS[API][0], SUPPORTED_VERSIONS[API][1] + 1)
+SOFTWARE = {"client_software_name": "confluent-kafka-python", "client_software_version": "2.16.1"}
+
+
+def test_kafka_4_1s_range() -> None:
+    assert SUPPORTED_VERSIONS[API] == (0, 4)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_version_lists_every_api(tmp_path: Path, version: int) -> None:
+    async def body(h: Harness) -> None:
+        response = await h.call(API, version, **SOFTWARE)
+        assert response.error_code == ErrorCode.none
+        listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        assert listed == SUPPORTED_VERSIONS
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize(
+    ("name", "software_version"),
+    [("", "1.0"), ("kafka-python", ""), ("-leading-dash", "1"), ("app", "1.0 beta"), ("a_b", "1")],
+)
+def test_a_malformed_software_name_or_version_is_invalid_request(
+    tmp_path: Path, version: int, name: str, software_version: str
+) -> None:
+    async def body(h: Harness) -> None:
+        response = await h.call(
+            API, version, client_software_name=name, client_software_version=software_version
+        )
+        assert response.error_code == ErrorCode.invalid_request
+        assert response.api_keys == ()
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize(("name", "software_version"), [("a", "1"), ("sarama", "1.43.2-dev.x")])
+def test_kafkas_pattern_accepts(tmp_path: Path, name: str, software_version: str) -> None:
+    async def body(h: Harness) -> None:
+        response = await h.call(
+            API, 3, client_software_name=name, client_software_version=software_version
+        )
+        assert response.error_code == ErrorCode.none
+
+    run(tmp_path, body)
+
+
+def test_features_today_lead_no_client_into_tv2_or_kip_848(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        v4 = await h.call(API, 4, **SOFTWARE)
+        supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
+        assert supported == {"group.version": (0, 0), "transaction.version": (0, 0)}
+        # Level 0 is never listed as finalized: the Java producer sees no transaction.version
+        # (TV2 off) and librdkafka reads no features at all.
+        assert v4.finalized_features == ()
+        assert v4.finalized_features_epoch == 0
+        # Below v4 a feature whose minimum is 0 is left out (KAFKA-17492).
+        v3 = await h.call(API, 3, **SOFTWARE)
+        assert v3.supported_features == ()
+        assert v3.finalized_features_epoch == 0
+
+    run(tmp_path, body)
+
+
+def test_features_above_level_0_are_listed_as_kafka_lists_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api_versions, "SUPPORTED_FEATURES", {"a.version": (1, 3), "b": (0, 2)})
+    monkeypatch.setattr(api_versions, "FINALIZED_FEATURES", {"a.version": 2, "b": 0})
+    monkeypatch.setattr(api_versions, "FINALIZED_FEATURES_EPOCH", 7)
+    from onceflow.broker.handlers import api_versions as handler
+
+    monkeypatch.setattr(handler, "SUPPORTED_FEATURES", api_versions.SUPPORTED_FEATURES)
+    monkeypatch.setattr(handler, "FINALIZED_FEATURES", api_versions.FINALIZED_FEATURES)
+    monkeypatch.setattr(handler, "FINALIZED_FEATURES_EPOCH", 7)
+
+    async def body(h: Harness) -> None:
+        v4 = await h.call(API, 4, **SOFTWARE)
+        assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [
+            ("a.version", 1, 3),
+            ("b", 0, 2),
+        ]
+        finalized = [
+            (f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features
+        ]
+        assert finalized == [("a.version", 2, 2)]
+        assert v4.finalized_features_epoch == 7
+        v3 = await h.call(API, 3, **SOFTWARE)
+        assert [f.name for f in v3.supported_features] == ["a.version"]
+
+    run(tmp_path, body)
+
+
+def test_an_unknown_version_is_answered_at_v0_with_apiversions_own_range() -> None:
+    """KIP-511, as Kafka's getErrorResponse: only ApiVersions' entry, so the client retries
+    at the highest version both speak."""
+    response = unsupported_version_response()
+    assert response.error_code == ErrorCode.unsupported_version
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(API, 0, 4)]
+    encode_body(response)
