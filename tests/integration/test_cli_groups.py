@@ -1,7 +1,8 @@
 """`onceflow groups` against a broker process, as kafka-consumer-groups.sh is used: lag of
 what was produced and consumed, the members and state views, every reset form as a dry run
 (nothing changes) and executed (the offsets move, and the group's next consumer starts
-there), and Kafka's refusals for a group that still has members."""
+there), Kafka's refusals for a group that still has members, and offsets deleted of topics
+the group no longer consumes."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ def rows(out: str) -> list[list[str]]:
     """A table's rows below its header, split on whitespace as a script would split them."""
     lines = [line.split() for line in out.splitlines() if line.strip()]
     return [line for line in lines if line[0] != "GROUP"]
+
+
+def statuses(out: str) -> list[list[str]]:
+    """--delete-offsets' rows below its TOPIC PARTITION STATUS header."""
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    return lines[[line[0] for line in lines].index("TOPIC") + 1 :]
 
 
 def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
@@ -324,3 +331,47 @@ def test_export_and_reset_from_the_file(
     assert sorted(rows(out)) == sorted([[first, topic, "0", "4"], [second, topic, "0", "4"]])
     for group in (first, second):
         assert committed(bootstrap, group) == {(topic, 0): 4, (topic, 1): 6}
+
+
+def test_delete_offsets_of_a_topic_the_group_does_not_consume(
+    capsys: pytest.CaptureFixture[str], bootstrap: str
+) -> None:
+    consumed = create_topic(bootstrap, topic_name("sub"), partitions=2)
+    old = create_topic(bootstrap, topic_name("old"), partitions=1)
+    group = group_name()
+    fill(bootstrap, old, [3])
+    commit_as_consumed(bootstrap, group, old, [3])
+    fill(bootstrap, consumed, [2, 2])
+    member = commit_as_consumed(bootstrap, group, consumed, [2, 2], stay=True)
+    assert member is not None
+    try:
+        code, out, err = groups(
+            capsys, bootstrap, "--delete-offsets", "--group", group, "--topic", consumed
+        )
+        assert code == 1
+        assert err == "Error: Encounter some partition level error, see the follow-up details:\n"
+        assert statuses(out) == [
+            [consumed, "0", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+            [consumed, "1", "Error:", "GROUP_SUBSCRIBED_TO_TOPIC"],
+        ]
+        code, out, err = groups(
+            capsys, bootstrap, "--delete-offsets", "--group", group, "--topic", old
+        )
+        assert (code, err) == (0, "")
+        assert (
+            out.splitlines()[0]
+            == f"Request succeed for deleting offsets with topic {old} group {group}"
+        )
+        assert statuses(out) == [[old, "0", "Successful"]]
+        assert committed(bootstrap, group) == {(consumed, 0): 2, (consumed, 1): 2}
+    finally:
+        member.close()
+    code, out, _ = groups(
+        capsys, bootstrap, "--delete-offsets", "--group", group, "--topic", f"{consumed}:1"
+    )
+    assert code == 0 and statuses(out) == [[consumed, "1", "Successful"]]
+    assert committed(bootstrap, group) == {(consumed, 0): 2}
+    code, _, err = groups(
+        capsys, bootstrap, "--delete-offsets", "--group", "no-such-group", "--topic", old
+    )
+    assert code == 1 and err == "Error: 'no-such-group' does not exist.\n"

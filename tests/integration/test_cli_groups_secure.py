@@ -2,7 +2,7 @@
 `--command-config` files written as for Kafka's Java tools: the admin (a super user) over
 SASL_SSL, and a SCRAM user with a consumer's ACLs, who may describe and reset the group's
 offsets (READ on the group and the topic, as Kafka asks) but gets Kafka's authorization
-errors for deleting the group, deleting records and altering the topic."""
+errors for deleting the group or its offsets, deleting records and altering the topic."""
 
 from __future__ import annotations
 
@@ -100,3 +100,10 @@ def test_admin_and_consumer_acls(
     for change in ("--partitions 3", "--config retention.ms=1000"):
         code, _, err = run(capsys, secure, reader, f"topics alter {topic} {change}")
         assert code == 1 and "TOPIC_AUTHORIZATION_FAILED" in err, change
+
+    # OffsetDelete goes through Onceflow's own client (kafka_wire), with the same file.
+    delete_offsets = f"groups --delete-offsets --group {group} --topic {topic}"
+    code, _, err = run(capsys, secure, reader, delete_offsets)
+    assert (code, err) == (1, f"Error: Access to '{group}' is not authorized.\n")
+    code, out, err = run(capsys, secure, admin, delete_offsets)
+    assert code == 0 and out.startswith("Request succeed for deleting offsets"), err

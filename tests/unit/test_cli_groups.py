@@ -41,7 +41,7 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "one of the arguments --list --describe --delete --reset-offsets is required"),
+        ([], "one of the arguments --list --describe --delete --reset-offsets --delete-offsets"),
         (["--list", "--describe"], "not allowed with argument"),
         (["--describe"], "Option --describe takes one of these options: --group, --all-groups"),
         (["--delete"], "Option --delete takes one of these options"),
@@ -79,12 +79,21 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         (["--reset-offsets", "--group", "g", "--all-topics", "--by-duration", "1h"], "PT1H"),
         (["--reset-offsets", "--group", "g", "--all-topics", "--to-offset", "x"], "invalid int"),
         (["--list", "--state", "happy"], "Invalid state list 'happy'. Valid states are: "),
+        (["--delete-offsets", "--group", "g"], "--delete-offsets takes the following options"),
+        (["--delete-offsets", "--all-groups", "--topic", "t"], "takes the following options"),
+        (["--delete-offsets", "--group", "g", "--topic", "t", "--all-topics"], "not valid"),
     ],
 )
 def test_kafka_checks_are_usage_errors(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     assert message in usage_error(capsys, *argv)
+
+
+def test_the_commands_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "groups" in listed and "delete-records" in listed
 
 
 def test_options_parse_as_kafka_names_them() -> None:

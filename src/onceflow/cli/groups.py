@@ -1,11 +1,12 @@
-"""`onceflow groups --list|--describe|--delete|--reset-offsets`: consumer groups, as Kafka's
-`kafka-consumer-groups.sh` manages them, with its option names, checks and output.
+"""`onceflow groups --list|--describe|--delete|--reset-offsets|--delete-offsets`: consumer
+groups, as Kafka's `kafka-consumer-groups.sh` manages them, with its options, checks and output.
 
 Kafka's protocol only (confluent-kafka's AdminClient: ListGroups, DescribeGroups,
-OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups), so the same command manages an Apache
-Kafka cluster. Offsets are reset only in a group with no members (Empty, or Dead: not there),
-as Kafka refuses to move them under running consumers; --dry-run is the default. The reset
-arithmetic lives in `group_reset`; the --describe views in `group_views`.
+OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups; OffsetDelete, which it lacks, through
+`kafka_wire`), so the same command manages an Apache Kafka cluster. Offsets are reset only
+in a group with no members (Empty, or Dead: not there), as Kafka refuses to move them under
+running consumers; --dry-run is the default. The calls live in `group_admin` and
+`group_delete_offsets`, the reset arithmetic in `group_reset`, the output in `group_views`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from onceflow.cli.admin import connect_admin
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import UsageError, add_bootstrap_option, positive_int
 from onceflow.cli.group_admin import GroupAdmin
+from onceflow.cli.group_delete_offsets import run_delete_offsets
 from onceflow.cli.group_reset import (
     SCENARIOS,
     Scenario,
@@ -33,6 +35,7 @@ from onceflow.cli.group_reset import (
     plan_offsets,
 )
 from onceflow.cli.group_views import STATE_NAMES, state_name
+from onceflow.cli.wire_admin import wire_cluster
 
 __all__ = ["register"]
 
@@ -69,13 +72,19 @@ def register(commands: Any) -> None:
     action.add_argument(
         "--reset-offsets", action="store_true", help="reset offsets of inactive groups"
     )
+    action.add_argument(
+        "--delete-offsets",
+        action="store_true",
+        help="delete a group's offsets of the --topic given (not of topics it consumes)",
+    )
     many: dict[str, Any] = {"action": "append", "default": []}
     parser.add_argument("--group", metavar="GROUP", help="a consumer group; repeatable", **many)
     parser.add_argument("--all-groups", action="store_true", help="every consumer group")
     parser.add_argument(
         "--topic",
         metavar="TOPIC[:P,...]",
-        help="with --reset-offsets: a topic, or some of its partitions (t:0,1); repeatable",
+        help="with --reset-offsets or --delete-offsets: a topic, or some of its partitions "
+        "(t:0,1); repeatable",
         **many,
     )
     parser.add_argument(
@@ -166,7 +175,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.list:  # the filters' values, before connecting
         group_views.parse_filter(args.state, STATE_NAMES, "state")
         group_views.parse_filter(args.type, group_views.TYPE_NAMES, "type")
-    if (args.topic or args.all_topics) and not args.reset_offsets:
+    if args.delete_offsets and (len(args.group) != 1 or not args.topic):
+        raise UsageError("Option --delete-offsets takes the following options: --group, --topic")
+    if args.delete_offsets and args.all_topics:
+        raise UsageError("Option --all-topics is not valid with --delete-offsets")
+    if (args.topic or args.all_topics) and not (args.reset_offsets or args.delete_offsets):
         if args.delete and args.topic:
             raise UsageError(
                 "The consumer does not support topic-specific offset deletion from a "
@@ -202,6 +215,9 @@ def run_groups(args: argparse.Namespace) -> int:
         print(
             "WARN: No action will be performed as the --execute option is missing.", file=sys.stderr
         )
+    if args.delete_offsets:
+        with wire_cluster(args) as cluster:
+            return run_delete_offsets(cluster, args.group[0], args.topic)
     admin = connect_admin(args)
     offsets = GroupAdmin(admin, args.timeout_ms / 1000.0)
     if args.list:
