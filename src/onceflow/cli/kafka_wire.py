@@ -195,6 +195,7 @@ class Connection:
             sock = self._tls_handshake(sock, context, host)
         self._sock = sock
         self._correlation = 0
+        self._answered = False  # no response yet: a TLS refusal would show up now
         self._versions: dict[int, tuple[int, int]] | None = None
         self._reauthenticate_at: float | None = None  # monotonic; None: the session lasts
         if security is not None and security.uses_sasl:
@@ -203,6 +204,17 @@ class Connection:
             except CliError:
                 self.close()
                 raise
+
+    def _tls_hint(self, exc: OSError) -> str:
+        """With TLS 1.3 a broker refuses a client certificate (or its absence) after the
+        handshake; the client may see only the closed connection, not the alert saying why."""
+        if self._answered or self.security is None or self.security.tls is None:
+            return ""
+        if isinstance(exc, ssl.SSLError) and exc.reason in _TLS_ALERTS:
+            return ""  # the alert arrived: _reason already said it
+        if _no_certificate(self.security):
+            return f"; perhaps {_TLS_ALERTS['TLSV13_ALERT_CERTIFICATE_REQUIRED']}"
+        return f"; perhaps {_TLS_ALERTS['TLSV1_ALERT_UNKNOWN_CA']}"
 
     def close(self) -> None:
         self._sock.close()
@@ -317,7 +329,10 @@ class Connection:
         except TimeoutError:
             raise CliError(f"{self.address} did not answer {name} in time") from None
         except OSError as exc:
-            raise CliError(f"lost the connection to {self.address}: {_reason(exc)}") from None
+            raise CliError(
+                f"lost the connection to {self.address}: {_reason(exc)}{self._tls_hint(exc)}"
+            ) from None
+        self._answered = True
         cls = lenient_schema(response_type(api_key, version))
         try:
             return decode_response(api_key, cls, frame, self._correlation)
@@ -345,6 +360,11 @@ _TLS_ALERTS = {
     "SSLV3_ALERT_BAD_CERTIFICATE": "the broker refused this client's certificate",
     "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the broker refused this client's certificate",
 }
+
+
+def _no_certificate(security: ClientSecurity | None) -> bool:
+    tls = security.tls if security is not None else None
+    return tls is not None and not (tls.has_keystore or tls.certificate_location)
 
 
 def _reason(exc: OSError) -> str:
