@@ -9,7 +9,8 @@ them into ranges:
   left out, and StreamsGroupHeartbeat (88) and StreamsGroupDescribe (89), whose only version
   is unstable, are not advertised at all;
 - Produce is advertised from v0 although v0-2 are refused (the connection is closed):
-  librdkafka before 2.10 needs v0 listed to use compression (KAFKA-18659);
+  older librdkafka needs v0 listed to compress with gzip, snappy or lz4 (its issue 4956,
+  KAFKA-18659);
 - GetTelemetrySubscriptions (71) and PushTelemetry (72) are advertised only when a client
   telemetry receiver is configured, so not by default;
 - controller-only APIs (KRaft's Vote, BrokerRegistration, ...) are not on a broker listener.
@@ -115,8 +116,9 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
     0: (
-        "newer versions not yet (issue 13); v0-2 are not advertised: Kafka lists them only "
-        "for librdkafka before 2.10 (KAFKA-18659) and refuses them, as Onceflow does"
+        "newer versions not yet (issue 13); v0-2 are not advertised, so older librdkafka "
+        "(Debian's 2.0.2, in kcat) sends gzip, snappy and lz4 batches uncompressed: Kafka "
+        "advertises them for that reason (KAFKA-18659) and refuses them, as Onceflow does"
     ),
     1: _NOT_YET,
     2: _NOT_YET,
