@@ -17,6 +17,8 @@ from onceflow.protocol.codec import build, request_type
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.wire import RawConnection
 
+TIMEOUT = datetime.timedelta(seconds=5)
+
 
 def versions(api: int) -> range:
     lo, hi = SUPPORTED_VERSIONS[api]
@@ -72,3 +74,49 @@ def test_api_versions_above_the_range_answers_v0_with_its_own_range(
         response = conn.read_response(ApiKey.API_VERSIONS, 0, correlation)
     assert response.error_code == 35  # UNSUPPORTED_VERSION
     assert [(k.api_key, k.max_version) for k in response.api_keys] == [(18, top)]
+
+
+# ---- Metadata ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.METADATA))
+def test_metadata(shared_broker: BrokerProcess, version: int) -> None:
+    name = f"wire-metadata-{version}"
+    topics = (entity(ApiKey.METADATA, version, "MetadataRequestTopic", name=name, topic_id=None),)
+    response = call(
+        shared_broker,
+        request(
+            ApiKey.METADATA,
+            version,
+            topics=topics,
+            allow_auto_topic_creation=True,
+            include_cluster_authorized_operations=True,
+            include_topic_authorized_operations=True,
+        ),
+    )
+    (described,) = response.topics
+    assert (described.name, described.error_code, len(described.partitions)) == (name, 0, 1)
+    assert len(response.brokers) == 1
+    if version >= 8:
+        assert described.topic_authorized_operations != -(2**31)
+    if version < 12:
+        return
+    # v12+: the same topic by its id.
+    by_id = (
+        entity(
+            ApiKey.METADATA, version, "MetadataRequestTopic", name=None, topic_id=described.topic_id
+        ),
+    )
+    again = call(
+        shared_broker,
+        request(
+            ApiKey.METADATA,
+            version,
+            topics=by_id,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    assert [(t.name, t.topic_id, t.error_code) for t in again.topics] == [
+        (name, described.topic_id, 0)
+    ]

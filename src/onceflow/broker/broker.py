@@ -450,6 +450,26 @@ class Broker:
         info = self.logs.topics.get(name)
         return None if info is None else info.partitions
 
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The topic's id (KIP-516), None if there is no such topic. Made at creation and
+        kept with the topic (its ZooKeeper assignment on a cluster, the topics file alone),
+        so it survives restarts and changes when a topic of the same name is recreated."""
+        if self.cluster is not None:
+            meta = self.cluster.topic(name)
+            text = None if meta is None else meta.topic_id
+        else:
+            info = self.logs.topics.get(name)
+            text = None if info is None else info.topic_id
+        try:
+            return None if not text else uuid.UUID(text)
+        except ValueError:
+            return None
+
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id."""
+        ids = ((self.topic_id(name), name) for name in self.topic_names())
+        return {topic_id: name for topic_id, name in ids if topic_id is not None}
+
     def topic_configs(self, name: str) -> dict[str, str] | None:
         if self.cluster is not None:
             meta = self.cluster.topic(name)

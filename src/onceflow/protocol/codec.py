@@ -85,19 +85,14 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         cls = request_type(prefix.api_key, prefix.api_version)
         header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
         header, pos = entity_reader(header_cls)(frame, 0)
-        body, size = entity_reader(cls)(frame, pos)
+        body, _ = entity_reader(cls)(frame, pos)
     except Exception as exc:  # kio raises assorted errors on malformed input
         raise ProtocolError(
             f"malformed {_api_name(prefix.api_key)} v{prefix.api_version} request: {exc}"
         ) from exc
-    trailing = bytes(frame[pos + size :])
-    # An extra empty tag buffer after a flexible request is tolerated, as Kafka (which never
-    # checks for trailing bytes) tolerates it: librdkafka's AlterUserScramCredentials sends one.
-    if trailing and not (cls.__flexible__ and trailing == b"\x00"):
-        raise ProtocolError(
-            f"{_api_name(prefix.api_key)} v{prefix.api_version} request has "
-            f"{len(frame) - pos - size} trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka (which never checks for them) ignores them:
+    # librdkafka sends an extra empty tag buffer with AlterUserScramCredentials, and the rest
+    # of its unfinished 4-byte array count with an all-topics Metadata v9+.
     client_id: str | None = getattr(header, "client_id", None)
     return RequestHeader(prefix.api_key, prefix.api_version, prefix.correlation_id, client_id), body
 

@@ -122,7 +122,6 @@ GAPS: dict[int, str] = {
     ),
     1: _NOT_YET,
     2: _NOT_YET,
-    3: _NOT_YET,
     8: _NOT_YET,
     9: _NOT_YET,
     10: _NOT_YET,
