@@ -120,3 +120,27 @@ def test_metadata(shared_broker: BrokerProcess, version: int) -> None:
     assert [(t.name, t.topic_id, t.error_code) for t in again.topics] == [
         (name, described.topic_id, 0)
     ]
+
+
+# ---- FindCoordinator -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))
+def test_find_coordinator(shared_broker: BrokerProcess, version: int) -> None:
+    port = int(shared_broker.bootstrap.rsplit(":", 1)[1])
+    if version < 4:
+        req = request(ApiKey.FIND_COORDINATOR, version, key="wire-group", key_type=0)
+        response = call(shared_broker, req)
+        assert (response.error_code, response.node_id, response.port) == (0, 0, port)
+        return
+    req = request(
+        ApiKey.FIND_COORDINATOR,
+        version,
+        key_type=1,
+        coordinator_keys=("wire-txn-a", "wire-txn-b"),
+    )
+    response = call(shared_broker, req)
+    assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [
+        ("wire-txn-a", 0, port),
+        ("wire-txn-b", 0, port),
+    ]

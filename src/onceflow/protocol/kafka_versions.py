@@ -124,7 +124,6 @@ GAPS: dict[int, str] = {
     2: _NOT_YET,
     8: _NOT_YET,
     9: _NOT_YET,
-    10: _NOT_YET,
     11: _NOT_YET,
     12: _NOT_YET,
     13: _NOT_YET,

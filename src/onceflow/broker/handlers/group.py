@@ -34,6 +34,7 @@ NO_THROTTLE = datetime.timedelta(0)
 _ONE_MS = datetime.timedelta(milliseconds=1)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2  # KIP-932's share coordinators (FindCoordinator v6)
 DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
 # DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else those of READ,
 # DELETE and DESCRIBE (AclOperation codes 3, 6 and 8) the principal may do: without ACLs
@@ -62,56 +63,95 @@ def _client_host(ctx: RequestContext) -> str:
     return host if isinstance(host, str) else ""
 
 
+_BATCHED = 4  # FindCoordinator's first version with coordinator_keys
+_FIRST_SHARE = 6
+_FAILURE_MESSAGES = {
+    ErrorCode.invalid_request: "unknown coordinator key type",
+    ErrorCode.cluster_authorization_failed: authz.DENIED_MESSAGES[
+        ErrorCode.cluster_authorization_failed
+    ],
+}
+_CoordinatorAnswer = tuple[ErrorCode, str | None, tuple[int, str, int] | None]
+
+
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """One key (v0-3) or a batch (v4+, KIP-699), as Kafka's handleFindCoordinatorRequest:
+    per key DESCRIBE on the group or transactional id, then the leader of the key's internal
+    partition. Share-group keys (v6, KIP-932) are the brokers' own, need CLUSTER_ACTION, and
+    answer INVALID_REQUEST (no share coordinator here), as before v6; an unknown key type
+    fails the whole request with INVALID_REQUEST."""
+    version = ctx.api_version
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
-    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-        return ctx.response(
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.invalid_request,
-            error_message=f"unknown coordinator key type {key_type}",
-            node_id=-1,
-            host="",
-            port=-1,
+    keys = tuple(request.coordinator_keys) if version >= _BATCHED else (request.key,)
+    failure = _find_coordinator_failure(ctx, key_type, keys)
+    if failure is not None:
+        answers: list[_CoordinatorAnswer] = [(failure, _FAILURE_MESSAGES[failure], None)] * len(
+            keys
         )
-    denied = _coordinator_key_denied(ctx, key_type, request.key)
-    if denied is not None:
-        return ctx.response(
-            throttle_time=NO_THROTTLE,
-            error_code=denied,
-            error_message=authz.DENIED_MESSAGES[denied],
-            node_id=-1,
-            host="",
-            port=-1,
-        )
-    node = ctx.broker.coordinator_node(key_type, request.key, ctx.session.listener)
-    if node is None:
-        return ctx.response(
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.coordinator_not_available,
-            error_message="no coordinator right now: its log partition has no leader (or is "
-            "offline after a storage failure)",
-            node_id=-1,
-            host="",
-            port=-1,
-        )
+    else:
+        answers = [_find_coordinator_key(ctx, key_type, key) for key in keys]
+    if version < _BATCHED:
+        error, message, node = answers[0]
+        # Kafka's single-key error answer carries the error's message.
+        if error is not ErrorCode.none and message is None:
+            message = _FAILURE_MESSAGES.get(error, authz.DENIED_MESSAGES.get(error))
+        return ctx.response(throttle_time=NO_THROTTLE, **_coordinator_fields(error, message, node))
     return ctx.response(
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        node_id=node[0],
-        host=node[1],
-        port=node[2],
+        coordinators=tuple(
+            ctx.entity("Coordinator", key=key, **_coordinator_fields(*answer))
+            for key, answer in zip(keys, answers, strict=True)
+        ),
     )
 
 
-def _coordinator_key_denied(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
-    """DESCRIBE on the group or transactional id whose coordinator is asked for."""
-    if key_type == KEY_TYPE_GROUP:
-        if not _group_allowed(ctx, AclOperation.DESCRIBE, key):
-            return GROUP_DENIED
-    elif not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-        return ErrorCode.transactional_id_authorization_failed
+def _find_coordinator_failure(
+    ctx: RequestContext, key_type: int, keys: tuple[str, ...]
+) -> ErrorCode | None:
+    """What fails every key of the request (Kafka throws, and answers its error response)."""
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE):
+        return ErrorCode.invalid_request
+    if (
+        key_type == KEY_TYPE_SHARE
+        and ctx.api_version >= _FIRST_SHARE
+        and keys
+        and not authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        return ErrorCode.cluster_authorization_failed
     return None
+
+
+def _find_coordinator_key(ctx: RequestContext, key_type: int, key: str) -> _CoordinatorAnswer:
+    """One key's error, message (None where Kafka's batched answer has none) and node."""
+    if key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, AclOperation.DESCRIBE, key):
+        return GROUP_DENIED, None, None
+    if key_type == KEY_TYPE_TRANSACTION and not ctx.authorized(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return ErrorCode.transactional_id_authorization_failed, None, None
+    if key_type == KEY_TYPE_SHARE:
+        return ErrorCode.invalid_request, "share groups are not supported", None
+    node = ctx.broker.coordinator_node(key_type, key, ctx.session.listener)
+    if node is None:
+        message = (
+            "no coordinator right now: its log partition has no leader (or is offline after a "
+            "storage failure)"
+        )
+        return ErrorCode.coordinator_not_available, message, None
+    return ErrorCode.none, None, node
+
+
+def _coordinator_fields(
+    error: ErrorCode, message: str | None, node: tuple[int, str, int] | None
+) -> dict[str, Any]:
+    node_id, host, port = node if node is not None else (-1, "", -1)
+    return {
+        "error_code": error,
+        "error_message": message,
+        "node_id": node_id,
+        "host": host,
+        "port": port,
+    }
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
