@@ -180,6 +180,7 @@ def test_second_member_triggers_rebalance_and_killed_member_is_evicted(
         desc = admin.describe_consumer_groups([group], request_timeout=T)[group].result(timeout=T)
         assert desc.state == ConsumerGroupState.STABLE
         assert len(desc.members) == 2
+        assert {m.host for m in desc.members} == {"/127.0.0.1"}  # as Kafka shows a client
         assigned = sorted(
             tp.partition for m in desc.members for tp in m.assignment.topic_partitions
         )

@@ -24,7 +24,7 @@ from onceflow.broker.dynamic_config import (
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
-from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from onceflow.broker.topics import INTERNAL_TOPICS, partition_count_message, validate_topic_name
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
@@ -560,7 +560,7 @@ class Broker:
         if total <= count:
             raise KafkaError(
                 ErrorCode.invalid_partitions,
-                f"topic '{name}' has {count} partitions; {total} would not add any",
+                partition_count_message(count, total),
             )
         if assignments is not None and any(r != [self.node_id] for r in assignments):
             raise KafkaError(

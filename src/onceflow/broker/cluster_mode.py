@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from onceflow.broker.inter_broker import InterBroker
+from onceflow.broker.topics import partition_count_message
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.cluster.controller import Controller, ControllerSettings
 from onceflow.cluster.link import ClusterLink
@@ -306,7 +307,7 @@ class ClusterMode:
         if total <= len(current):
             raise KafkaError(
                 ErrorCode.invalid_partitions,
-                f"topic '{name}' has {len(current)} partitions; {total} would not add any",
+                partition_count_message(len(current), total),
             )
         factor = len(current[0])
         if new is None:

@@ -24,3 +24,12 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.invalid_topic_exception,
             f"topic name '{name}' may contain only ASCII letters, digits, '.', '_' and '-'",
         )
+
+
+def partition_count_message(current: int, requested: int) -> str:
+    """Kafka's words for a CreatePartitions that would not add any partition."""
+    if requested == current:
+        return f"Topic already has {current} partitions."
+    return (
+        f"Topic currently has {current} partitions, which is higher than the requested {requested}."
+    )

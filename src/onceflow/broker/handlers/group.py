@@ -58,9 +58,8 @@ def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str) 
 
 
 def _client_host(ctx: RequestContext) -> str:
-    """The client's address as Kafka shows it ("/127.0.0.1"), when the server supplies it."""
-    host = getattr(ctx, "client_host", None)
-    return host if isinstance(host, str) else ""
+    """The client's address as Kafka shows it ("/127.0.0.1")."""
+    return f"/{ctx.session.client_host}"
 
 
 _BATCHED = 4  # FindCoordinator's first version with coordinator_keys
