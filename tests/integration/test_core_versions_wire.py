@@ -144,3 +144,40 @@ def test_find_coordinator(shared_broker: BrokerProcess, version: int) -> None:
         ("wire-txn-a", 0, port),
         ("wire-txn-b", 0, port),
     ]
+
+
+# ---- ListOffsets ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.LIST_OFFSETS))
+def test_list_offsets(shared_broker: BrokerProcess, version: int) -> None:
+    name = f"wire-list-offsets-{version}"
+    topic = (entity(ApiKey.METADATA, 4, "MetadataRequestTopic", name=name),)
+    call(shared_broker, request(ApiKey.METADATA, 4, topics=topic, allow_auto_topic_creation=True))
+    # The newest special timestamp this version knows (-1, then -3 from v7, -4 from v8...).
+    newest = {7: -3, 8: -4}.get(version, -5 if version >= 9 else -1)
+    partitions = (
+        entity(
+            ApiKey.LIST_OFFSETS,
+            version,
+            "ListOffsetsPartition",
+            partition_index=0,
+            current_leader_epoch=-1,
+            timestamp=newest,
+        ),
+    )
+    req = request(
+        ApiKey.LIST_OFFSETS,
+        version,
+        replica_id=-1,
+        isolation_level=1,
+        topics=(
+            entity(
+                ApiKey.LIST_OFFSETS, version, "ListOffsetsTopic", name=name, partitions=partitions
+            ),
+        ),
+        timeout=TIMEOUT,
+    )
+    (answer,) = call(shared_broker, req).topics[0].partitions
+    expected_offset = {-1: 0, -3: -1, -4: 0, -5: -1}[newest]  # an empty log
+    assert (answer.error_code, answer.offset, answer.timestamp) == (0, expected_offset, -1)

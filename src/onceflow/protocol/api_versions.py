@@ -63,7 +63,7 @@ class ApiKey(IntEnum):
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 8),
     ApiKey.FETCH: (4, 11),
-    ApiKey.LIST_OFFSETS: (1, 5),
+    ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 7),

@@ -121,7 +121,6 @@ GAPS: dict[int, str] = {
         "advertises them for that reason (KAFKA-18659) and refuses them, as Onceflow does"
     ),
     1: _NOT_YET,
-    2: _NOT_YET,
     8: _NOT_YET,
     9: _NOT_YET,
     11: _NOT_YET,

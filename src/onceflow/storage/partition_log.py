@@ -685,6 +685,28 @@ class PartitionLog:
                     return max(header.base_offset, first), header.max_timestamp
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch or -1) of the first record carrying the log's
+        largest timestamp, None when there is none (ListOffsets MAX_TIMESTAMP, KIP-734).
+
+        As Kafka's fetchOffsetByTimestamp: the first segment with the largest timestamp, the
+        first batch in it with that max timestamp (the segment keeps where), and in that
+        batch the first record with it. Like Kafka, it does not look at the log start
+        offset; the caller bounds the answer by what may be read."""
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        location = None if best is None else best.find_batch(best.offset_of_max_timestamp)
+        if best is None or location is None:
+            return None
+        header = location.header
+        batch = best.read_bytes(location.position, header.size)
+        for record in decode_records(batch, verify_crc=False):
+            if record.timestamp == header.max_timestamp:
+                return record.offset, record.timestamp, max(header.partition_leader_epoch, -1)
+        return None
+
     # ---- retention -------------------------------------------------------------------
 
     def delete_oldest_segments(self, count: int) -> int:
