@@ -181,3 +181,23 @@ def test_list_offsets(shared_broker: BrokerProcess, version: int) -> None:
     (answer,) = call(shared_broker, req).topics[0].partitions
     expected_offset = {-1: 0, -3: -1, -4: 0, -5: -1}[newest]  # an empty log
     assert (answer.error_code, answer.offset, answer.timestamp) == (0, expected_offset, -1)
+
+
+# ---- DescribeCluster -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CLUSTER))
+def test_describe_cluster(shared_broker: BrokerProcess, version: int) -> None:
+    req = request(
+        ApiKey.DESCRIBE_CLUSTER,
+        version,
+        include_cluster_authorized_operations=True,
+        endpoint_type=1,
+        include_fenced_brokers=True,
+    )
+    response = call(shared_broker, req)
+    assert response.error_code == 0
+    (node,) = response.brokers
+    assert (node.broker_id, response.controller_id) == (0, 0)
+    if version >= 2:
+        assert node.is_fenced is False

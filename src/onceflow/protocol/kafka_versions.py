@@ -158,7 +158,6 @@ GAPS: dict[int, str] = {
     49: "not implemented: client quotas",
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
-    60: _NOT_YET,
     64: _KRAFT,
     66: _NOT_YET,
     68: "the KIP-848 consumer group protocol: not yet (issue 13)",

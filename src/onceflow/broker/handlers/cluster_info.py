@@ -2,7 +2,10 @@
 admin client's describe_cluster() shows them.
 
 As in Kafka, anyone may ask; only the cluster's authorized operations, when asked for,
-depend on the principal (0 without DESCRIBE on the cluster).
+depend on the principal (0 without DESCRIBE on the cluster). A broker serves the BROKER
+endpoint type only (v1+): any other is UNSUPPORTED_ENDPOINT_TYPE with Kafka's empty answer.
+v2's fenced brokers (KIP-1073) are KRaft's: here a broker is registered in ZooKeeper, and
+listed, or is not, so none is ever fenced and include_fenced_brokers adds nobody.
 """
 
 from __future__ import annotations
@@ -18,25 +21,34 @@ from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 _NO_OPERATIONS = -(2**31)
 ENDPOINT_BROKERS = 1
+_ENDPOINT_NAMES = {ENDPOINT_BROKERS: "BROKER", 2: "CONTROLLER"}
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     endpoint = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
     if endpoint != ENDPOINT_BROKERS:
-        # Kafka answers UNSUPPORTED_ENDPOINT_TYPE for controller endpoints on a broker.
+        # Kafka's AuthHelper.computeDescribeClusterResponse, its message's wording included.
         return ctx.response(
             throttle_time=datetime.timedelta(0),
             error_code=ErrorCode.unsupported_endpoint_type,
-            error_message=f"endpoint type {endpoint}: only brokers (1) are served",
-            endpoint_type=endpoint,
-            cluster_id=broker.cluster_id,
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
+            f"an endpoint of type {_ENDPOINT_NAMES.get(endpoint, 'UNKNOWN')}",
+            endpoint_type=ENDPOINT_BROKERS,
+            cluster_id="",
             controller_id=-1,
             brokers=(),
             cluster_authorized_operations=_NO_OPERATIONS,
         )
     brokers = tuple(
-        ctx.entity("DescribeClusterBroker", broker_id=node, host=host, port=port, rack=None)
+        ctx.entity(
+            "DescribeClusterBroker",
+            broker_id=node,
+            host=host,
+            port=port,
+            rack=None,
+            is_fenced=False,
+        )
         for node, host, port in broker.nodes(ctx.session.listener)
     )
     return ctx.response(
