@@ -1,9 +1,9 @@
-"""The API versions the broker advertises: one consistent set, shaped like a Kafka release.
+"""The API versions the broker advertises, and its feature levels.
 
-Every advertised version is implemented completely. The core (Produce 3-8, Fetch 4-11,
-ListOffsets 0-5, Metadata 0-8) matches Kafka 2.4, which the version-guessing clients
-(kafka-python, aiokafka) map correctly; the exactly-once APIs reach the versions librdkafka
-needs for KIP-360 epoch bumps and KIP-664 tooling.
+Every advertised version is implemented completely. protocol/kafka_versions.py holds Kafka
+4.1's ranges and says (GAPS) why any of these differs. Clients negotiate each API on its
+own (librdkafka, the Java client, kafka-python 3, aiokafka, KafkaJS), so ranges of different
+Kafka releases side by side are safe.
 """
 
 from __future__ import annotations
