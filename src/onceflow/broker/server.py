@@ -5,7 +5,7 @@ a large produce request is never copied on the way in), processes requests one a
 arrival order (as Kafka does), and writes responses in the same order. A produce waiting for
 its fsync does not hold up the next request: its response is a Deferred that the writer
 awaits in turn, so pipelined produces share group commits. Record bytes of a fetch go from
-the segment file to the socket with sendfile.
+the segment file to the socket with sendfile (over TLS, which must encrypt them, in chunks).
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ audit = logging.getLogger("onceflow.audit")
 # Regions below this size are read and written with the header in one write: for small
 # regions a read is cheaper than pausing the transport for sendfile.
 SENDFILE_MIN_BYTES = 64 * 1024
+# Where sendfile cannot be used (TLS), a region is read and written in chunks of this size,
+# each once the transport has room: a client may ask for a partition's records 50 MB at a
+# time, and that region whole, read, then encrypted, then queued, is three copies of it.
+COPY_CHUNK_BYTES = 1 << 20
 # Requests a connection may have decoded but not yet answered before it stops reading.
 MAX_QUEUED_REQUESTS = 16
 # A client that has not finished its TLS handshake by then is disconnected.
@@ -345,23 +349,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
         fd: int,
         part: FileRegion,
     ) -> None:
-        try:
-            sent = await loop.sendfile(
-                transport,
-                _FdFile(fd),  # type: ignore[arg-type]
-                part.position,
-                part.size,
-                fallback=False,
-            )
-        except (OSError, RuntimeError, NotImplementedError, asyncio.SendfileNotAvailableError):
-            sent = 0
+        sent = 0
+        if transport.get_extra_info("ssl_object") is None:  # TLS never takes sendfile
+            try:
+                sent = await loop.sendfile(
+                    transport,
+                    _FdFile(fd),  # type: ignore[arg-type]
+                    part.position,
+                    part.size,
+                    fallback=False,
+                )
+            except (OSError, RuntimeError, NotImplementedError, asyncio.SendfileNotAvailableError):
+                sent = 0
         if sent < part.size:
             # sendfile is unavailable here, or was cut short: copy the rest.
-            rest = os.pread(fd, part.size - sent, part.position + sent)
-            if len(rest) < part.size - sent:
+            await self._copy(transport, fd, part.position + sent, part.size - sent)
+
+    async def _copy(self, transport: asyncio.Transport, fd: int, position: int, size: int) -> None:
+        """Write `size` bytes of `fd` from `position`, COPY_CHUNK_BYTES at a time, waiting
+        for the transport to drain below its limit before each chunk."""
+        end = position + size
+        while position < end:
+            if not self._writable.is_set():
+                await self._writable.wait()
+                if self._closed:
+                    return
+            want = min(COPY_CHUNK_BYTES, end - position)
+            chunk = os.pread(fd, want, position)
+            if len(chunk) < want:
                 self.abort("segment shrank while it was being sent")
                 return
-            transport.write(rest)
+            transport.write(chunk)
+            position += want
 
 
 async def _settle(deferred: Deferred) -> Any:
