@@ -136,10 +136,12 @@ def test_complete_frame_with_truncated_body_closes(b: BrokerProcess) -> None:
     with RawConnection(b.bootstrap) as conn:
         conn.send_bytes(_frame(3, 8, body[:-5]))
         assert conn.closed_by_peer()
-    # Trailing garbage after a complete body is malformed too.
+    # Bytes after a complete body are ignored, as Kafka ignores them (librdkafka's
+    # all-topics Metadata v9+ leaves three behind): the request is answered.
     with RawConnection(b.bootstrap) as conn:
         conn.send_bytes(_frame(3, 8, body + b"\x00\x01\x02"))
-        assert conn.closed_by_peer()
+        response = conn.read_response(3, 8, 7)
+        assert [t.name for t in response.topics] == ["some-topic"]
 
 
 def test_oversized_frame_closes_connection(b: BrokerProcess) -> None:
@@ -185,17 +187,16 @@ def test_api_versions_at_unknown_version_answers_v0_with_error_35(b: BrokerProce
         assert 4 + size == len(frame)
         assert body.error_code.value == UNSUPPORTED_VERSION
         versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
-        assert versions[18][0] == 0 and versions[18][1] >= 3
-        assert 0 in versions and 1 in versions and 3 in versions
+        # KIP-511, as Kafka: only ApiVersions' own range, for the client to retry within.
+        assert list(versions) == [18] and versions[18][0] == 0 and versions[18][1] >= 3
 
         # The connection stays usable: the client retries at a version both speak.
         resp = conn.call(
             ApiVersionsRequest(client_software_name="raw", client_software_version="1")
         )
         assert resp.error_code.value == 0
-        assert {
-            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys
-        } == versions
+        listed = {int(k.api_key) for k in resp.api_keys}
+        assert {0, 1, 3, 18} <= listed
 
 
 def test_pipelined_requests_are_answered_in_order(b: BrokerProcess) -> None:
