@@ -12,7 +12,7 @@ import pytest
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.api_versions import ADVERTISED_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from onceflow.protocol.codec import build, request_type
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.wire import RawConnection
@@ -54,7 +54,7 @@ def test_api_versions(shared_broker: BrokerProcess, version: int) -> None:
     )
     assert response.error_code == 0
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert listed == SUPPORTED_VERSIONS
+    assert listed == ADVERTISED_VERSIONS
     if version >= 4:
         assert {f.name for f in response.supported_features} == {
             "group.version",

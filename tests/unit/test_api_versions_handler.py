@@ -12,7 +12,7 @@ from tests.unit.test_handler_authorization import Harness, run
 from onceflow.broker.handlers.api_versions import unsupported_version_response
 from onceflow.errors import ErrorCode
 from onceflow.protocol import api_versions
-from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.api_versions import ADVERTISED_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from onceflow.protocol.codec import encode_body
 
 API = ApiKey.API_VERSIONS
@@ -30,7 +30,7 @@ def test_every_version_lists_every_api(tmp_path: Path, version: int) -> None:
         response = await h.call(API, version, **SOFTWARE)
         assert response.error_code == ErrorCode.none
         listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        assert listed == SUPPORTED_VERSIONS
+        assert listed == ADVERTISED_VERSIONS
 
     run(tmp_path, body)
 
@@ -117,3 +117,13 @@ def test_an_unknown_version_is_answered_at_v0_with_apiversions_own_range() -> No
     assert response.error_code == ErrorCode.unsupported_version
     assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(API, 0, 4)]
     encode_body(response)
+
+
+def test_produce_is_listed_from_v0_but_served_from_v3() -> None:
+    """As Kafka 4.x (KAFKA-18659): older librdkafka compresses only if it sees Produce v0-2
+    listed; the versions themselves are still refused."""
+    from onceflow.protocol.api_versions import is_supported
+
+    assert ADVERTISED_VERSIONS[ApiKey.PRODUCE] == (0, SUPPORTED_VERSIONS[ApiKey.PRODUCE][1])
+    assert not any(is_supported(ApiKey.PRODUCE, v) for v in (0, 1, 2))
+    assert is_supported(ApiKey.PRODUCE, 3)

@@ -125,6 +125,16 @@ FINALIZED_FEATURES: dict[str, int] = {
 FINALIZED_FEATURES_EPOCH = 0
 
 
+#: What ApiVersions lists: the served ranges, but Produce from v0, as Kafka 4.x lists it
+#: (KAFKA-18659): librdkafka before 2.x's fix sends gzip, snappy and lz4 batches
+#: uncompressed unless it sees Produce v0-2. Those versions are still refused (the
+#: connection is closed), as Kafka refuses them.
+ADVERTISED_VERSIONS: dict[int, tuple[int, int]] = {
+    **SUPPORTED_VERSIONS,
+    ApiKey.PRODUCE: (0, SUPPORTED_VERSIONS[ApiKey.PRODUCE][1]),
+}
+
+
 def is_supported(api_key: int, api_version: int) -> bool:
     bounds = SUPPORTED_VERSIONS.get(api_key)
     return bounds is not None and bounds[0] <= api_version <= bounds[1]

@@ -1,5 +1,5 @@
 """The README's compatibility table: Onceflow's advertised versions beside Kafka 4.1's, and why
-they differ, generated from `SUPPORTED_VERSIONS`, `KAFKA_4_1` and `GAPS`.
+they differ, generated from `ADVERTISED_VERSIONS`, `KAFKA_4_1` and `GAPS`.
 
 Pure text in, text out; tools/compatibility_table.py rewrites the README's table between the
 two marker comments, and tests/unit/test_api_versions_table.py fails while the README's copy
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.api_versions import ADVERTISED_VERSIONS, ApiKey
 from onceflow.protocol.kafka_versions import GAPS, KAFKA_4_1, KafkaApi
 
 BEGIN = "<!-- compatibility-table: generated, do not edit by hand -->"
@@ -46,7 +46,7 @@ def unexplained(
 
 
 def render_table(
-    supported: Ranges = SUPPORTED_VERSIONS,
+    supported: Ranges = ADVERTISED_VERSIONS,
     kafka: Mapping[int, KafkaApi] = KAFKA_4_1,
     gaps: Mapping[int, str] = GAPS,
 ) -> str:

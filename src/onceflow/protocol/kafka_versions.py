@@ -115,11 +115,7 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # Why Onceflow's advertised range differs from Kafka 4.1's, per API key. One line per API:
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
-    0: (
-        "newer versions not yet (issue 13); v0-2 are not advertised, so older librdkafka "
-        "(Debian's 2.0.2, in kcat) sends gzip, snappy and lz4 batches uncompressed: Kafka "
-        "advertises them for that reason (KAFKA-18659) and refuses them, as Onceflow does"
-    ),
+    0: _NOT_YET,
     1: _NOT_YET,
     8: _NOT_YET,
     9: _NOT_YET,

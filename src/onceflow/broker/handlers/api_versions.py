@@ -20,6 +20,7 @@ from kio.static.primitive import i16
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import (
+    ADVERTISED_VERSIONS,
     FINALIZED_FEATURES,
     FINALIZED_FEATURES_EPOCH,
     SUPPORTED_FEATURES,
@@ -46,7 +47,7 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         )
     keys = tuple(
         ctx.entity("ApiVersion", api_key=key, min_version=lo, max_version=hi)
-        for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        for key, (lo, hi) in sorted(ADVERTISED_VERSIONS.items())
     )
     supported = tuple(
         ctx.entity("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
