@@ -176,15 +176,24 @@ def commit_topics(version: int, offsets: dict[int, int], topic: str = "t") -> tu
 
 
 def fetch_topics(version: int, indexes: tuple[int, ...]) -> tuple[Any, ...]:
-    return (
-        nested(
-            ApiKey.OFFSET_FETCH,
-            version,
-            "OffsetFetchRequestTopic",
-            name="t",
-            partition_indexes=indexes,
-        ),
+    entity = "OffsetFetchRequestTopics" if version >= 8 else "OffsetFetchRequestTopic"
+    return (nested(ApiKey.OFFSET_FETCH, version, entity, name="t", partition_indexes=indexes),)
+
+
+def fetch_groups(version: int, group: str, topics: tuple[Any, ...] | None) -> dict[str, Any]:
+    """OffsetFetch's fields for one group: its own from v8 (`groups`), else top level."""
+    if version < 8:
+        return {"group_id": group, "topics": topics}
+    entry = nested(
+        ApiKey.OFFSET_FETCH,
+        version,
+        "OffsetFetchRequestGroup",
+        group_id=group,
+        member_id=None,
+        member_epoch=-1,
+        topics=topics,
     )
+    return {"groups": (entry,)}
 
 
 def test_lowest_versions_full_cycle() -> None:
@@ -320,8 +329,9 @@ def test_highest_versions_full_cycle() -> None:
         assert {p.error_code for p in committed.topics[0].partitions} == {ErrorCode.none}
 
         v = highest(ApiKey.OFFSET_FETCH)
-        everything = await broker.call(ApiKey.OFFSET_FETCH, v, group_id="simple", topics=None)
-        assert everything.error_code is ErrorCode.none
+        answer = await broker.call(ApiKey.OFFSET_FETCH, v, **fetch_groups(v, "simple", None))
+        (everything,) = answer.groups
+        assert (everything.group_id, everything.error_code) == ("simple", ErrorCode.none)
         (topic,) = everything.topics
         assert [
             (p.partition_index, p.committed_offset, p.committed_leader_epoch)
@@ -409,7 +419,7 @@ async def _minimal_call(broker: StubBroker, key: ApiKey, version: int) -> Any:
             "topics": commit_topics(version, {0: 1}),
         }
     elif key is ApiKey.OFFSET_FETCH:
-        fields |= {"topics": fetch_topics(version, (0,))}
+        fields |= fetch_groups(version, "g", fetch_topics(version, (0,)))
     elif key is ApiKey.TXN_OFFSET_COMMIT:
         fields |= {
             "transactional_id": "tx",

@@ -772,6 +772,24 @@ def test_offset_fetch_needs_describe_on_the_group_and_topics(tmp_path: Path) -> 
     run(tmp_path, body)
 
 
+def test_offset_fetch_v8_authorizes_each_group_on_its_own(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.acl.grant((Op.READ, R.GROUP, "g1"), (Op.READ, R.GROUP, "g2"), topic(Op.READ))
+        for group in ("g1", "g2"):
+            await h.call(ApiKey.OFFSET_COMMIT, 7, **commit_fields(group, {OPEN: (0,)}))
+        h.acl.grant((Op.DESCRIBE, R.GROUP, "g1"), topic(Op.DESCRIBE))
+        groups = tuple(
+            nested(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id=g, topics=None)
+            for g in ("g1", "g2")
+        )
+        answer = await h.call(ApiKey.OFFSET_FETCH, 8, groups=groups, require_stable=False)
+        g1, g2 = answer.groups
+        assert (g1.error_code, [t.name for t in g1.topics]) == (ErrorCode.none, [OPEN])
+        assert (g2.group_id, g2.error_code, g2.topics) == ("g2", GROUP_DENIED, ())
+
+    run(tmp_path, body)
+
+
 def test_describe_and_list_groups(tmp_path: Path) -> None:
     async def body(h: Harness) -> None:
         h.acl.grant((Op.READ, R.GROUP, "g1"), (Op.READ, R.GROUP, "g2"), topic(Op.READ))

@@ -42,6 +42,12 @@ DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
 OPERATIONS_NOT_REQUESTED = -(2**31)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 GROUP_DENIED = ErrorCode.group_authorization_failed
+CLASSIC = "classic"  # ListGroups v5's group type: every Onceflow group is a classic one
+_GROUP_NOT_FOUND_FROM = 6  # DescribeGroups: GROUP_ID_NOT_FOUND instead of a "Dead" group
+# OffsetCommit v9 (KIP-848): a generation for an unknown group is GROUP_ID_NOT_FOUND, not
+# ILLEGAL_GENERATION. A classic group takes v9's member epoch as its generation (-1: none).
+_GROUP_NOT_FOUND_ON_COMMIT = 9
+_MULTI_GROUP = 8  # OffsetFetch's first version with `groups`
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -211,9 +217,16 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
         request.member_id,
         assignments={a.member_id: a.assignment for a in request.assignments},
         group_instance_id=getattr(request, "group_instance_id", None),
+        # v5+: checked against the group's (INCONSISTENT_GROUP_PROTOCOL), and answered
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
     )
     return ctx.response(
-        throttle_time=NO_THROTTLE, error_code=result.error, assignment=result.assignment
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
     )
 
 
@@ -264,6 +277,11 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             entries,
             group_instance_id=getattr(request, "group_instance_id", None),
             retention_ms=None if retention_ms == DEFAULT_RETENTION else retention_ms,
+            unknown_group=(
+                ErrorCode.group_id_not_found
+                if ctx.api_version >= _GROUP_NOT_FOUND_ON_COMMIT
+                else ErrorCode.illegal_generation
+            ),
         )
     return _commit_response(ctx, request, errors, "OffsetCommit")
 
@@ -356,25 +374,52 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
-    if not _group_allowed(ctx, AclOperation.DESCRIBE, request.group_id):
-        return _offset_fetch_failed(ctx, request, GROUP_DENIED)
-    requested: list[TopicPartition] | None = None
-    denied: frozenset[str] = frozenset()
-    if request.topics is not None:  # null (v2+) asks for every committed offset
-        requested = [
-            TopicPartition(t.name, index) for t in request.topics for index in t.partition_indexes
-        ]
-        denied = authz.denied(
-            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
-        )
-    wanted = requested if not denied else [tp for tp in requested or () if tp.topic not in denied]
+    """OffsetFetch v1-v9: one group, or several from v8 (each authorized and answered on its
+    own). v9's member id and epoch are checked by Kafka only for consumer-protocol groups;
+    every Onceflow group is a classic one, whose check is only that it is not Dead."""
     # v7+: read_committed consumers ask not to be given an offset a transaction may change;
     # such partitions answer UNSTABLE_OFFSET_COMMIT (per partition, as Kafka does) and retry.
-    result = _coordinator(ctx).fetch_offsets(
-        request.group_id, wanted, require_stable=getattr(request, "require_stable", False)
-    )
+    stable = getattr(request, "require_stable", False)
+    if ctx.api_version < _MULTI_GROUP:
+        error, partitions = _fetch_group(ctx, request.group_id, request.topics, stable)
+        if error is not ErrorCode.none:
+            return _offset_fetch_failed(ctx, request, error)
+        topics = _offset_topics(ctx, request.topics, partitions, "Topic", "Partition")
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
+    groups = []
+    for group in request.groups:
+        error, partitions = _fetch_group(ctx, group.group_id, group.topics, stable)
+        topics = (
+            _offset_topics(ctx, group.topics, partitions, "Topics", "Partitions")
+            if error is ErrorCode.none
+            else ()
+        )
+        groups.append(
+            ctx.entity(
+                "OffsetFetchResponseGroup", group_id=group.group_id, topics=topics, error_code=error
+            )
+        )
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+) -> tuple[ErrorCode, Mapping[TopicPartition, FetchedOffset]]:
+    """One group's committed offsets, of the partitions asked for or (topics null, v2+) of
+    every partition, with Kafka's authorization: the group's error, else per partition."""
+    if not _group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+        return GROUP_DENIED, {}
+    requested: list[TopicPartition] | None = None
+    denied: frozenset[str] = frozenset()
+    if topics is not None:
+        requested = [TopicPartition(t.name, index) for t in topics for index in t.partition_indexes]
+        denied = authz.denied(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics)
+        )
+    wanted = requested if not denied else [tp for tp in requested or () if tp.topic not in denied]
+    result = _coordinator(ctx).fetch_offsets(group_id, wanted, require_stable=require_stable)
     if result.error is not ErrorCode.none:
-        return _offset_fetch_failed(ctx, request, result.error)
+        return result.error, {}
     partitions = result.partitions
     if requested is None:  # every topic: those the principal may not DESCRIBE are left out
         hidden = authz.denied(
@@ -385,41 +430,47 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     elif denied:
         refused = FetchedOffset(-1, -1, "", ErrorCode.topic_authorization_failed)
         partitions = dict(partitions) | {tp: refused for tp in requested if tp.topic in denied}
-    return _offsets_response(ctx, request, partitions)
+    return ErrorCode.none, partitions
 
 
 def _offset_fetch_failed(ctx: RequestContext, request: Any, error: ErrorCode) -> Any:
-    """A group-level error: in its own field from v2 (with no topics), else on every
-    partition asked for."""
+    """A group-level error of v1-v7: in its own field from v2 (with no topics), else on
+    every partition asked for."""
     if ctx.api_version >= 2:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=error, topics=())
     failed = FetchedOffset(-1, -1, "", error)
-    return _offsets_response(
-        ctx,
-        request,
-        {TopicPartition(t.name, i): failed for t in request.topics for i in t.partition_indexes},
-    )
+    partitions = {
+        TopicPartition(t.name, i): failed for t in request.topics for i in t.partition_indexes
+    }
+    topics = _offset_topics(ctx, request.topics, partitions, "Topic", "Partition")
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
 
 
-def _offsets_response(
-    ctx: RequestContext, request: Any, partitions: Mapping[TopicPartition, FetchedOffset]
-) -> Any:
+def _offset_topics(
+    ctx: RequestContext,
+    asked: Any,
+    partitions: Mapping[TopicPartition, FetchedOffset],
+    topic_entity: str,
+    partition_entity: str,
+) -> tuple[Any, ...]:
+    """The answer's topics in the order asked (sorted when all were asked for). The entity
+    names differ from v8 on ("OffsetFetchResponseTopics", "...Partitions")."""
     by_topic: dict[str, list[tuple[int, FetchedOffset]]] = defaultdict(list)
     for tp, fetched in partitions.items():
         by_topic[tp.topic].append((tp.partition, fetched))
-    if request.topics is None:  # answer "everything" in a stable order
+    if asked is None:
         order = sorted(by_topic)
         for entries in by_topic.values():
             entries.sort()
     else:
-        order = [t.name for t in request.topics]
-    topics = tuple(
+        order = [t.name for t in asked]
+    return tuple(
         ctx.entity(
-            "OffsetFetchResponseTopic",
+            f"OffsetFetchResponse{topic_entity}",
             name=name,
             partitions=tuple(
                 ctx.entity(
-                    "OffsetFetchResponsePartition",
+                    f"OffsetFetchResponse{partition_entity}",
                     partition_index=index,
                     committed_offset=f.offset,
                     committed_leader_epoch=f.leader_epoch,
@@ -431,7 +482,6 @@ def _offsets_response(
         )
         for name in dict.fromkeys(order)
     )
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
@@ -454,6 +504,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             )
             continue
         summary = coordinator.describe_group(group_id)
+        if ctx.api_version >= _GROUP_NOT_FOUND_FROM and _absent(summary.state, summary.error):
+            groups.append(_described_not_found(ctx, group_id))
+            continue
         members = tuple(
             ctx.entity(
                 "DescribedGroupMember",
@@ -484,8 +537,35 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+def _absent(state: str, error: ErrorCode) -> bool:
+    return error is ErrorCode.none and state == "Dead"
+
+
+def _described_not_found(ctx: RequestContext, group_id: str) -> Any:
+    """DescribeGroups v6+ (KIP-1043): an unknown group is an error with Kafka's message."""
+    return ctx.entity(
+        "DescribedGroup",
+        error_code=ErrorCode.group_id_not_found,
+        error_message=f"Group {group_id} not found.",
+        group_id=group_id,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=(),
+        authorized_operations=OPERATIONS_NOT_REQUESTED,
+    )
+
+
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    """ListGroups v0-v5: v4 filters by state, v5 by type (both case-insensitive, as Kafka);
+    every group here is a classic one, so a types filter without "classic" lists none."""
     error, overviews = _coordinator(ctx).list_groups()
+    states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
+    types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
+    if types and CLASSIC not in types:
+        overviews = []
+    if states:
+        overviews = [g for g in overviews if g.state.lower() in states]
     if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE, quiet=True):
         # Only the groups the principal may describe, filtered without an audit line each.
         overviews = [
@@ -494,7 +574,13 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
             if authz.allowed(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, quiet=True)
         ]
     groups = tuple(
-        ctx.entity("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type)
+        ctx.entity(
+            "ListedGroup",
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.state,
+            group_type=CLASSIC,
+        )
         for g in overviews
     )
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, groups=groups)

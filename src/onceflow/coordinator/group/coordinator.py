@@ -438,15 +438,20 @@ class GroupCoordinator:
         *,
         group_instance_id: str | None = None,
         retention_ms: int | None = None,
+        unknown_group: ErrorCode = ErrorCode.illegal_generation,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Commit offsets for a group member, or for a simple consumer (generation -1)."""
+        """Commit offsets for a group member, or for a simple consumer (generation -1).
+
+        A generation for a group that does not exist answers `unknown_group`: Kafka's
+        GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION before.
+        """
         error = self._status_error(group_id, allow_empty_id=True)
         group = self._manager.get(group_id)
         if error is None and group is None:
             if generation_id < 0:  # not using group management: offsets storage only
                 group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
             else:
-                error = ErrorCode.illegal_generation
+                error = unknown_group
         if error is None and group is not None:
             error = _validate_commit(group, member_id, group_instance_id, generation_id)
             if error is None and group.is_(_C):
