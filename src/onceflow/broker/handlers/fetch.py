@@ -46,6 +46,7 @@ class _PartitionRead:
     log_start_offset: int = -1
     region: FileRegion | None = None
     aborted: Sequence[AbortedTxn] | None = None
+    diverging: tuple[int, int] | None = None  # (epoch, end offset), v12+ follower fetches
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
@@ -132,6 +133,11 @@ def _read_partition(
     try:
         plog = broker.leader_log(topic, p.partition)
         check_leader_epoch(plog.leader_epoch, getattr(p, "current_leader_epoch", -1))
+        last_fetched = getattr(p, "last_fetched_epoch", -1)
+        if last_fetched >= 0:
+            diverging = _diverging(plog, p.partition, last_fetched, p.fetch_offset)
+            if diverging is not None:
+                return diverging
         if replica >= 0:
             return _read_for_follower(ctx, plog, p, max_bytes, replica)
         lso = broker.last_stable_offset(plog)
@@ -149,6 +155,28 @@ def _read_partition(
         result.log_start_offset,
         result.region,
         aborted,
+    )
+
+
+def _diverging(
+    plog: PartitionLog, partition: int, last_fetched: int, fetch_offset: int
+) -> _PartitionRead | None:
+    """v12+ (KIP-595): the log diverges from the fetcher's when the epoch it last fetched ends
+    here before its fetch offset, or only a lower epoch is known; it gets where, no records."""
+    epoch, end = plog.epochs.end_offset_for(last_fetched, plog.log_end_offset)
+    if epoch < 0 or end < 0:
+        raise KafkaError(
+            ErrorCode.offset_out_of_range, f"epoch {last_fetched} is not in {plog.name}'s log"
+        )
+    if end >= fetch_offset and epoch >= last_fetched:
+        return None
+    return _PartitionRead(
+        partition,
+        ErrorCode.none,
+        plog.high_watermark,
+        plog.last_stable_offset,
+        plog.log_start_offset,
+        diverging=(epoch, end),
     )
 
 
@@ -191,22 +219,30 @@ def _read_for_follower(
 
 
 def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]) -> list[Any]:
+    """kio encodes every entity with an empty partitions array or empty records, which we
+    cut off and replace: by the real count and partitions, or by the region's length and the
+    region itself. Flexible versions (v12+) end an array with a compact count (n+1) and every
+    entity with a tag buffer; records' compact length is size+1."""
     version = ctx.api_version
     key = ctx.header.api_key
+    flexible = version >= 12
+    cut = 2 if flexible else 4  # compact empty array/bytes + tag buffer, or an int32
+    count = _uvarint_plus_one if flexible else _I32.pack
+    tags = b"\x00" if flexible else b""
     top = ctx.response(
         throttle_time=datetime.timedelta(0),
         error_code=ErrorCode.none,
         session_id=0,  # no fetch sessions: every fetch is a full fetch
         responses=(),
     )
-    parts: list[Any] = [_strip_count(codec.encode_body(top)), _I32.pack(len(reads))]
+    parts: list[Any] = [codec.encode_body(top)[:-cut], count(len(reads))]
     topic_cls = codec.nested(key, version, "FetchableTopicResponse")
     partition_cls = codec.nested(key, version, "PartitionData")
     aborted_cls = codec.nested(key, version, "AbortedTransaction")
     for topic, topic_reads in zip(request.topics, reads, strict=True):
         head = codec.build(topic_cls, topic=topic.topic, partitions=())
-        parts.append(_strip_count(codec.encode_body(head)))
-        parts.append(_I32.pack(len(topic_reads)))
+        parts.append(codec.encode_body(head)[:-cut])
+        parts.append(count(len(topic_reads)))
         for read in topic_reads:
             aborted = None
             if read.aborted is not None:
@@ -214,8 +250,7 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
                     codec.build(aborted_cls, producer_id=t.producer_id, first_offset=t.first_offset)
                     for t in read.aborted
                 )
-            entry = codec.build(
-                partition_cls,
+            fields = dict(
                 partition_index=read.partition,
                 error_code=read.error,
                 high_watermark=read.high_watermark,
@@ -225,15 +260,36 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
                 preferred_read_replica=-1,
                 records=b"",
             )
-            encoded = codec.encode_body(entry)
+            if read.diverging is not None:
+                fields["diverging_epoch"] = codec.build(
+                    codec.nested(key, version, "EpochEndOffset"),
+                    epoch=read.diverging[0],
+                    end_offset=read.diverging[1],
+                )
+            encoded = codec.encode_body(codec.build(partition_cls, **fields))
             if read.region is None:
                 parts.append(encoded)
-            else:
-                parts.append(_strip_count(encoded) + _I32.pack(read.region.size))
+            elif not flexible:
+                parts.append(encoded[:-4] + _I32.pack(read.region.size))
                 parts.append(read.region)
+            else:
+                # A region is never sent with a diverging epoch, so the tag buffer is empty.
+                parts.append(encoded[:-2] + _uvarint_plus_one(read.region.size))
+                parts.append(read.region)
+                parts.append(tags)
+        if flexible:
+            parts.append(tags)  # the topic's
+    if flexible:
+        parts.append(tags)  # the response's
     return parts
 
 
-def _strip_count(encoded: bytes) -> bytes:
-    """Drop the trailing int32 (an empty array's count or empty bytes' length) kio wrote."""
-    return encoded[:-4]
+def _uvarint_plus_one(n: int) -> bytes:
+    """A compact array count or bytes length: n+1 as an unsigned varint."""
+    n += 1
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
