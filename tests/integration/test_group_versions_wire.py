@@ -370,3 +370,70 @@ def test_offset_fetch(shared_broker: BrokerProcess, version: int) -> None:
         for g in answer.groups
     }
     assert by_group == {group: [(topic, 0, 7)], f"{group}-b": [(topic, 0, 9)]}
+
+
+# ---- JoinGroup -----------------------------------------------------------------------------
+
+
+def join_at(
+    conn: RawConnection, version: int, group: str, member_id: str = "", **extra: Any
+) -> Any:
+    protocols = (
+        entity(
+            ApiKey.JOIN_GROUP, version, "JoinGroupRequestProtocol", name=PROTOCOL, metadata=b"m"
+        ),
+    )
+    fields: dict[str, Any] = {"group_instance_id": None, "reason": "wire test"} | extra
+    return conn.call(
+        request(
+            ApiKey.JOIN_GROUP,
+            version,
+            group_id=group,
+            session_timeout=SESSION,
+            rebalance_timeout=SESSION,
+            member_id=member_id,
+            protocol_type="consumer",
+            protocols=protocols,
+            **fields,
+        )
+    )
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.JOIN_GROUP))
+def test_join_group(shared_broker: BrokerProcess, version: int) -> None:
+    group = f"wire-join-{version}"
+    with RawConnection(shared_broker.bootstrap) as conn:
+        answer = join_at(conn, version, group)
+        if version >= 4:  # a dynamic member is first given its id
+            assert answer.error_code == ErrorCode.member_id_required
+            if version >= 7:  # "no protocol" is null from v7, as Kafka answers
+                assert answer.protocol_name is None
+            answer = join_at(conn, version, group, answer.member_id)
+    assert (answer.error_code, answer.protocol_name, answer.leader) == (
+        0,
+        PROTOCOL,
+        answer.member_id,
+    )
+    assert [m.member_id for m in answer.members] == [answer.member_id]
+    if version >= 7:
+        assert answer.protocol_type == "consumer"
+
+
+@pytest.mark.parametrize("version", [v for v in versions(ApiKey.JOIN_GROUP) if v >= 5])
+def test_static_leader_rejoining_a_stable_group(shared_broker: BrokerProcess, version: int) -> None:
+    """KIP-814: from v9 the restarted static leader is told it leads, with the members, and
+    to skip the assignment; before, it is given the old leader id and no members."""
+    group = f"wire-static-{version}"
+    with RawConnection(shared_broker.bootstrap) as conn:
+        first = join_at(conn, version, group, group_instance_id="static-1")
+        assert first.error_code == 0
+        member = Member(first.member_id, first.generation_id)
+        assert sync(conn, group, member, newest(ApiKey.SYNC_GROUP)).error_code == 0
+        again = join_at(conn, version, group, group_instance_id="static-1")
+    assert again.error_code == 0 and again.member_id != first.member_id
+    assert again.generation_id == first.generation_id  # no rebalance
+    if version >= 9:
+        assert (again.leader, again.skip_assignment) == (again.member_id, True)
+        assert [m.group_instance_id for m in again.members] == ["static-1"]
+    else:
+        assert (again.leader, again.members) == (first.member_id, ())

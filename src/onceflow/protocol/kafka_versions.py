@@ -117,7 +117,6 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 GAPS: dict[int, str] = {
     0: _NOT_YET,
     1: _NOT_YET,
-    11: _NOT_YET,
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
     19: _NOT_YET,
     20: _NOT_YET,

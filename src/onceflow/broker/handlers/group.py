@@ -48,6 +48,8 @@ _GROUP_NOT_FOUND_FROM = 6  # DescribeGroups: GROUP_ID_NOT_FOUND instead of a "De
 # ILLEGAL_GENERATION. A classic group takes v9's member epoch as its generation (-1: none).
 _GROUP_NOT_FOUND_ON_COMMIT = 9
 _MULTI_GROUP = 8  # OffsetFetch's first version with `groups`
+_NULLABLE_PROTOCOL = 7  # JoinGroup: protocol_type answered, protocol_name nullable
+_SKIP_ASSIGNMENT = 9  # JoinGroup (KIP-814); v8's `reason` is only for Kafka's logs
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -166,7 +168,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
             throttle_time=NO_THROTTLE,
             error_code=GROUP_DENIED,
             generation_id=-1,
-            protocol_name="",
+            protocol_name=None if version >= _NULLABLE_PROTOCOL else "",
             leader="",
             member_id="",
             members=(),
@@ -185,6 +187,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         group_instance_id=instance_id,
         # v4+ clients understand MEMBER_ID_REQUIRED; static members never need it.
         require_known_member_id=version >= 4 and instance_id is None,
+        supports_skipping_assignment=version >= _SKIP_ASSIGNMENT,
         client_id=ctx.header.client_id or "",
         client_host=_client_host(ctx),
     )
@@ -201,8 +204,11 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         throttle_time=NO_THROTTLE,
         error_code=result.error,
         generation_id=result.generation_id,
-        protocol_name=result.protocol_name,
+        protocol_type=result.protocol_type,
+        # v7+ carry "no protocol" as null, as Kafka's JoinGroupResponse does
+        protocol_name=result.protocol_name or (None if version >= _NULLABLE_PROTOCOL else ""),
         leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
         member_id=result.member_id,
         members=members,
     )

@@ -260,6 +260,7 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         group_instance_id: str | None = None,
         require_known_member_id: bool = False,
+        supports_skipping_assignment: bool = False,
         client_id: str = "",
         client_host: str = "",
     ) -> JoinResult:
@@ -287,6 +288,7 @@ class GroupCoordinator:
             protocol_type=protocol_type,
             protocols=tuple((name, bytes(data)) for name, data in protocols),
             require_known_member_id=require_known_member_id,
+            supports_skipping_assignment=supports_skipping_assignment,
         )
         future = await self._joiner.join(group_id, request)
         await self._rebalancer.flush()

@@ -38,6 +38,9 @@ class JoinRequest:
     protocol_type: str
     protocols: Protocols
     require_known_member_id: bool
+    # JoinGroup v9+ (KIP-814): a static leader rejoining a Stable group learns it leads, gets
+    # the members and is told to skip the assignment; older clients get the old leader id.
+    supports_skipping_assignment: bool = False
 
 
 class Joiner:
@@ -201,8 +204,10 @@ class Joiner:
                     group.replace_static_member(instance_id, new_id, old_id)
                     self._rebalancer.schedule_heartbeat(member)
                 return _done(JoinResult(error, NO_MEMBER_ID, group.generation_id))
-            # The old leader id is returned on purpose: the restarted member must not think
-            # it leads and compute an assignment a Stable group would never distribute.
+            # Before v9 the old leader id is returned on purpose: the restarted member must not
+            # think it leads and compute an assignment a Stable group would never distribute.
+            # From v9 a leader is told it leads and to skip the assignment (KIP-814).
+            skip = req.supports_skipping_assignment and group.is_leader(new_id)
             member.complete_join(
                 JoinResult(
                     error=ErrorCode.none,
@@ -210,7 +215,10 @@ class Joiner:
                     generation_id=group.generation_id,
                     protocol_type=group.protocol_type,
                     protocol_name=group.protocol or "",
-                    leader_id=old_leader or "",
+                    leader_id=(group.leader_id if req.supports_skipping_assignment else old_leader)
+                    or "",
+                    members=group.current_member_metadata() if skip else (),
+                    skip_assignment=skip,
                 )
             )
         return future

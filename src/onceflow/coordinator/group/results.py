@@ -35,6 +35,7 @@ class JoinResult:
     protocol_name: str = NO_PROTOCOL
     leader_id: str = NO_LEADER
     members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False  # JoinGroup v9+ (KIP-814)
 
     @classmethod
     def failed(cls, member_id: str, error: ErrorCode) -> JoinResult:
