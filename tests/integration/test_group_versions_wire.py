@@ -191,9 +191,10 @@ def test_describe_groups(shared_broker: BrokerProcess, version: int) -> None:
     assert (known.error_code, known.group_state, known.protocol_data) == (0, "Stable", PROTOCOL)
     assert [m.member_id for m in known.members] == [member.member_id]
     if version >= 6:  # KIP-1043: an unknown group is an error
-        assert (unknown.error_code, unknown.error_message) == (
+        assert (unknown.error_code, unknown.error_message, unknown.group_state) == (
             ErrorCode.group_id_not_found,
             f"Group {group}-unknown not found.",
+            "Dead",
         )
     else:
         assert (unknown.error_code, unknown.group_state) == (0, "Dead")

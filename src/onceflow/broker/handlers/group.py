@@ -548,13 +548,14 @@ def _absent(state: str, error: ErrorCode) -> bool:
 
 
 def _described_not_found(ctx: RequestContext, group_id: str) -> Any:
-    """DescribeGroups v6+ (KIP-1043): an unknown group is an error with Kafka's message."""
+    """DescribeGroups v6+ (KIP-1043): an unknown group is an error with Kafka's message, its
+    state still "Dead" as before."""
     return ctx.entity(
         "DescribedGroup",
         error_code=ErrorCode.group_id_not_found,
         error_message=f"Group {group_id} not found.",
         group_id=group_id,
-        group_state="",
+        group_state="Dead",
         protocol_type="",
         protocol_data="",
         members=(),
@@ -567,7 +568,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     every group here is a classic one, so a types filter without "classic" lists none."""
     error, overviews = _coordinator(ctx).list_groups()
     states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
-    types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
     if types and CLASSIC not in types:
         overviews = []
     if states:
