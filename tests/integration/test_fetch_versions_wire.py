@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -28,8 +29,14 @@ def _entity(version: int, name: str, /, **fields: Any) -> Any:
     return build(getattr(module, name), **fields)
 
 
-def _fetch(version: int, topic: str, offsets: dict[int, tuple[int, int]]) -> Any:
-    """A read_committed fetch of each partition from (fetch offset, last fetched epoch)."""
+def fetch_request(
+    version: int,
+    topic: str,
+    offsets: dict[int, tuple[int, int]],
+    topic_id: uuid.UUID | None = None,
+) -> Any:
+    """A read_committed fetch of each partition from (fetch offset, last fetched epoch),
+    naming the topic by its id from v13."""
     partitions = tuple(
         _entity(
             version,
@@ -52,10 +59,29 @@ def _fetch(version: int, topic: str, offsets: dict[int, tuple[int, int]]) -> Any
         isolation_level=1,
         session_id=0,
         session_epoch=-1,
-        topics=(_entity(version, "FetchTopic", topic=topic, partitions=partitions),),
+        topics=(
+            _entity(version, "FetchTopic", topic=topic, topic_id=topic_id, partitions=partitions),
+        ),
         forgotten_topics_data=(),
         rack_id="",
     )
+
+
+def create_or_describe(conn: RawConnection, topic: str) -> uuid.UUID:
+    """Create the topic (auto-creation by Metadata v10) and return its id."""
+    meta = load_payload_module(ApiKey.METADATA, 10, EntityType.request)
+    req = meta.MetadataRequest(
+        topics=(meta.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    for _ in range(50):
+        (answer,) = conn.call(req).topics
+        if answer.error_code == 0:
+            return uuid.UUID(str(answer.topic_id))
+        time.sleep(0.1)
+    raise AssertionError(f"{topic} was not created: {answer.error_code}")
 
 
 def _produce(conn: RawConnection, topic: str, parts: dict[int, bytes]) -> None:
@@ -72,19 +98,18 @@ def test_fetch_records_at_every_version(shared_broker: BrokerProcess, version: i
     topic = f"wire-fetch-{version}"
     first, second = _batch(b"one" * 50), _batch(b"two")
     with RawConnection(shared_broker.bootstrap) as conn:
-        meta = load_payload_module(ApiKey.METADATA, 4, EntityType.request)
-        conn.call(
-            meta.MetadataRequest(
-                topics=(meta.MetadataRequestTopic(name=topic),), allow_auto_topic_creation=True
-            )
-        )
+        topic_id = create_or_describe(conn, topic)
         _produce(conn, topic, {0: first})
         _produce(conn, topic, {0: second})
         # Partition 0 with two batches and an unknown one in one answer, then the log's end.
-        resp = conn.call(_fetch(version, topic, {0: (0, -1), 99: (0, -1)}))
-        (end,) = conn.call(_fetch(version, topic, {0: (2, -1)})).responses[0].partitions
+        resp = conn.call(fetch_request(version, topic, {0: (0, -1), 99: (0, -1)}, topic_id))
+        at_end = conn.call(fetch_request(version, topic, {0: (2, -1)}, topic_id))
+    (end,) = at_end.responses[0].partitions
     (answer,) = resp.responses
-    assert answer.topic == topic
+    if version >= 13:
+        assert answer.topic_id == topic_id
+    else:
+        assert answer.topic == topic
     by_partition = {p.partition_index: p for p in answer.partitions}
     full, unknown = by_partition[0], by_partition[99]
     assert (full.error_code, full.high_watermark, full.last_stable_offset) == (0, 2, 2)
@@ -105,20 +130,26 @@ def test_fetch_v12_diverging_epoch(shared_broker: BrokerProcess) -> None:
     where (epoch, end offset) and gets no records; an epoch the log never had is out of range."""
     topic = "wire-fetch-diverging"
     with RawConnection(shared_broker.bootstrap) as conn:
-        meta = load_payload_module(ApiKey.METADATA, 4, EntityType.request)
-        conn.call(
-            meta.MetadataRequest(
-                topics=(meta.MetadataRequestTopic(name=topic),), allow_auto_topic_creation=True
-            )
-        )
+        create_or_describe(conn, topic)
         _produce(conn, topic, {0: _batch(b"a")})
         _produce(conn, topic, {0: _batch(b"b")})
-        (diverged,) = conn.call(_fetch(12, topic, {0: (5, 0)})).responses[0].partitions
-        (same,) = conn.call(_fetch(12, topic, {0: (1, 0)})).responses[0].partitions
-        (unknown,) = conn.call(_fetch(12, topic, {0: (0, 7)})).responses[0].partitions
+        (diverged,) = conn.call(fetch_request(12, topic, {0: (5, 0)})).responses[0].partitions
+        (same,) = conn.call(fetch_request(12, topic, {0: (1, 0)})).responses[0].partitions
+        (unknown,) = conn.call(fetch_request(12, topic, {0: (0, 7)})).responses[0].partitions
     assert diverged.error_code == 0
     assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (0, 2)
     assert len(diverged.records or b"") == 0
     assert diverged.high_watermark == 2
     assert same.error_code == 0 and same.diverging_epoch.epoch == -1 and len(same.records) > 0
     assert unknown.error_code == 1  # OFFSET_OUT_OF_RANGE
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 13])
+def test_fetch_unknown_topic_id(shared_broker: BrokerProcess, version: int) -> None:
+    """v13+ names topics by id: an id no topic has is UNKNOWN_TOPIC_ID, echoed back."""
+    unknown = uuid.uuid4()
+    with RawConnection(shared_broker.bootstrap) as conn:
+        resp = conn.call(fetch_request(version, "", {0: (0, -1), 1: (0, -1)}, unknown))
+    (answer,) = resp.responses
+    assert answer.topic_id == unknown
+    assert [(p.partition_index, p.error_code) for p in answer.partitions] == [(0, 100), (1, 100)]

@@ -62,7 +62,7 @@ class ApiKey(IntEnum):
 # kio's schemas start there too).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 8),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (2, 9),

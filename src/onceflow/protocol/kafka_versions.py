@@ -116,7 +116,6 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
     0: _NOT_YET,
-    1: _NOT_YET,
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
     19: _NOT_YET,
     20: _NOT_YET,

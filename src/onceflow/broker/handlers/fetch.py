@@ -17,6 +17,7 @@ request (not on every pass of a long poll) and before anything else.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import struct
 from collections.abc import Sequence
@@ -47,18 +48,25 @@ class _PartitionRead:
     region: FileRegion | None = None
     aborted: Sequence[AbortedTxn] | None = None
     diverging: tuple[int, int] | None = None  # (epoch, end offset), v12+ follower fetches
+    leader: tuple[int, int] | None = None  # (id, epoch) after a leader change, v16+
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     clock = broker.clock
     deadline = clock.monotonic_ms() + int(request.max_wait.total_seconds() * 1000)
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-    replica = request.replica_id if ctx.api_version < 15 else -1
+    names = _topic_names(ctx, request)
+    keys = [
+        (name, p.partition)
+        for name, t in zip(names, request.topics, strict=True)
+        if name is not None
+        for p in t.partitions
+    ]
+    replica = request.replica_id if ctx.api_version < 15 else request.replica_state.replica_id
     purgatory = broker.replica_purgatory if replica >= 0 else broker.purgatory
-    denied = _denied_topics(ctx, request, replica)
+    denied = _denied_topics(ctx, names, replica)
     while True:
-        reads, total, failed = _read_all(ctx, request, replica, denied)
+        reads, total, failed = _read_all(ctx, request, names, replica, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
@@ -77,17 +85,30 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     return RawBody(_encode(ctx, request, reads), errors)
 
 
-def _denied_topics(ctx: RequestContext, request: Any, replica: int) -> frozenset[str]:
-    names = (t.topic for t in request.topics)
+def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
+    """Each requested topic's name: given before v13, looked up by topic id from v13
+    (None for an id no topic has: UNKNOWN_TOPIC_ID, before any authorization, as Kafka)."""
+    if ctx.api_version < 13:
+        return [t.topic for t in request.topics]
+    by_id = ctx.broker.topics_by_id()
+    return [by_id.get(t.topic_id) for t in request.topics]
+
+
+def _denied_topics(ctx: RequestContext, names: list[str | None], replica: int) -> frozenset[str]:
+    known = [n for n in names if n is not None]
     if replica < 0:
-        return authz.denied(ctx, AclOperation.READ, ResourceType.TOPIC, names)
+        return authz.denied(ctx, AclOperation.READ, ResourceType.TOPIC, known)
     if authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
         return frozenset()
-    return frozenset(names)  # Kafka answers TOPIC_AUTHORIZATION_FAILED everywhere
+    return frozenset(known)  # Kafka answers TOPIC_AUTHORIZATION_FAILED everywhere
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, replica: int, denied: frozenset[str]
+    ctx: RequestContext,
+    request: Any,
+    names: list[str | None],
+    replica: int,
+    denied: frozenset[str],
 ) -> tuple[list[list[_PartitionRead]], int, bool]:
     committed = ctx.api_version >= 4 and request.isolation_level == READ_COMMITTED
     limit = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
@@ -95,15 +116,17 @@ def _read_all(
     total = 0
     failed = False
     out: list[list[_PartitionRead]] = []
-    for topic in request.topics:
+    for name, topic in zip(names, request.topics, strict=True):
         reads = []
         for p in topic.partitions:
-            if topic.topic in denied:
+            if name is None:
+                read = _PartitionRead(p.partition, ErrorCode.unknown_topic_id)
+            elif name in denied:
                 read = _PartitionRead(p.partition, ErrorCode.topic_authorization_failed)
             else:
                 read = _read_partition(
                     ctx,
-                    topic.topic,
+                    name,
                     p,
                     committed,
                     min(limit, p.partition_max_bytes),
@@ -144,7 +167,10 @@ def _read_partition(
         upper = lso if committed else plog.high_watermark
         result = plog.read(p.fetch_offset, max_bytes, upper, min_one)
     except KafkaError as exc:
-        return _PartitionRead(p.partition, exc.code)
+        read = _PartitionRead(p.partition, exc.code)
+        if ctx.api_version >= 16 and exc.code in LEADER_MOVED:
+            read.leader = current_leader(ctx, topic, p.partition)
+        return read
     # Only those overlapping what was read, as Kafka: never the whole history after it.
     aborted = plog.aborted_transactions(p.fetch_offset, result) if committed else None
     return _PartitionRead(
@@ -177,6 +203,25 @@ def _diverging(
         plog.last_stable_offset,
         plog.log_start_offset,
         diverging=(epoch, end),
+    )
+
+
+#: Errors after which Kafka (KIP-951: Fetch v16+, Produce v10+) names the current leader.
+LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})
+
+
+def current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int, int]:
+    """The partition's leader and epoch as this broker's metadata knows them (-1, -1: none)."""
+    view = ctx.broker.partition_view(topic, partition)
+    return (view.leader, view.leader_epoch) if view.leader >= 0 else (-1, -1)
+
+
+def node_endpoints(ctx: RequestContext, leaders: set[int], entity: Any) -> tuple[Any, ...]:
+    """KIP-951's node endpoints: the live ones among `leaders`, on the client's listener."""
+    return tuple(
+        codec.build(entity, node_id=node, host=host, port=port, rack=None)
+        for node, host, port in ctx.broker.nodes(ctx.session.listener)
+        if node in leaders
     )
 
 
@@ -236,11 +281,14 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
         responses=(),
     )
     parts: list[Any] = [codec.encode_body(top)[:-cut], count(len(reads))]
+    leaders: set[int] = set()
     topic_cls = codec.nested(key, version, "FetchableTopicResponse")
     partition_cls = codec.nested(key, version, "PartitionData")
     aborted_cls = codec.nested(key, version, "AbortedTransaction")
     for topic, topic_reads in zip(request.topics, reads, strict=True):
-        head = codec.build(topic_cls, topic=topic.topic, partitions=())
+        topic_id = getattr(topic, "topic_id", None)
+        name = getattr(topic, "topic", None)
+        head = codec.build(topic_cls, topic=name, topic_id=topic_id, partitions=())
         parts.append(codec.encode_body(head)[:-cut])
         parts.append(count(len(topic_reads)))
         for read in topic_reads:
@@ -260,6 +308,13 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
                 preferred_read_replica=-1,
                 records=b"",
             )
+            if read.leader is not None:
+                leaders.add(read.leader[0])
+                fields["current_leader"] = codec.build(
+                    codec.nested(key, version, "LeaderIdAndEpoch"),
+                    leader_id=read.leader[0],
+                    leader_epoch=read.leader[1],
+                )
             if read.diverging is not None:
                 fields["diverging_epoch"] = codec.build(
                     codec.nested(key, version, "EpochEndOffset"),
@@ -280,8 +335,21 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
         if flexible:
             parts.append(tags)  # the topic's
     if flexible:
-        parts.append(tags)  # the response's
+        parts.append(_top_tags(ctx, top, leaders))
     return parts
+
+
+def _top_tags(ctx: RequestContext, top: Any, leaders: set[int]) -> bytes:
+    """The response's tag buffer: empty, or v16+'s node endpoints of the leaders named."""
+    if not leaders:
+        return b"\x00"
+    entity = codec.nested(ctx.header.api_key, ctx.api_version, "NodeEndpoint")
+    endpoints = node_endpoints(ctx, leaders, entity)
+    if not endpoints:
+        return b"\x00"
+    without = codec.encode_body(top)
+    with_endpoints = codec.encode_body(dataclasses.replace(top, node_endpoints=endpoints))
+    return with_endpoints[len(without) - 1 :]
 
 
 def _uvarint_plus_one(n: int) -> bytes:

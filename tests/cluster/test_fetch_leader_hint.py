@@ -1,0 +1,39 @@
+"""Fetch v16+ (KIP-951) from a broker that does not lead the partition: NOT_LEADER_OR_FOLLOWER
+with the current leader and its endpoint, so the client need not ask Metadata first."""
+
+from __future__ import annotations
+
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.clients import create_topic
+from tests.helpers.cluster import Cluster, cluster_fixture
+from tests.helpers.wire import RawConnection
+from tests.integration.test_fetch_versions_wire import create_or_describe, fetch_request
+
+two_brokers = cluster_fixture(2)
+
+
+def test_fetch_from_a_follower_names_the_leader(two_brokers: Cluster) -> None:
+    topic = create_topic(two_brokers.bootstrap, replication_factor=2)
+    leader = two_brokers.leader_of(topic, 0)
+    (follower,) = (b for b in two_brokers.brokers if b.broker_id != leader.broker_id)
+    with RawConnection(leader.bootstrap) as conn:
+        topic_id = create_or_describe(conn, topic)
+    answers = {}
+    for version in (15, 16, 18):
+        with RawConnection(follower.bootstrap) as conn:
+            answers[version] = conn.call(fetch_request(version, topic, {0: (0, -1)}, topic_id))
+    for version, resp in answers.items():
+        (partition,) = resp.responses[0].partitions
+        assert partition.error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        if version < 16:
+            assert partition.current_leader.leader_id == -1  # not sent before v16
+            continue
+        assert partition.current_leader.leader_id == leader.broker_id
+        assert partition.current_leader.leader_epoch >= 0
+        assert [(n.node_id, n.port) for n in resp.node_endpoints] == [
+            (leader.broker_id, _port(leader))
+        ]
+
+
+def _port(broker: BrokerProcess) -> int:
+    return int(broker.bootstrap.rsplit(":", 1)[1])
