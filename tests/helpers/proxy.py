@@ -65,7 +65,8 @@ __all__ = [
 ]
 
 PRODUCE = 0
-MAX_DECODED_PRODUCE_VERSION = 8  # v9+ is flexible; the broker does not offer it
+MAX_DECODED_PRODUCE_VERSION = 12
+FIRST_FLEXIBLE_PRODUCE_VERSION = 9  # request header v2, response header v1: tag buffers
 MAX_FRAME_BYTES = 200 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 10.0
@@ -165,10 +166,29 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
 
 
 def _request_header(frame: bytes) -> tuple[int, int, int, int]:
-    """(api key, version, correlation id, body position) of a v1 request header."""
+    """(api key, version, correlation id, body position) of a v1 request header, or of a
+    v2 one (its tag buffer skipped) for a flexible Produce."""
     api_key, version, correlation = struct.unpack_from(">hhi", frame, 4)
     (client_id_len,) = struct.unpack_from(">h", frame, 12)
-    return api_key, version, correlation, 14 + max(client_id_len, 0)
+    pos = 14 + max(client_id_len, 0)
+    if api_key == PRODUCE and version >= FIRST_FLEXIBLE_PRODUCE_VERSION:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _uvarint(frame, pos)  # tag
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    return api_key, version, correlation, pos
+
+
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = frame[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
 
 
 class FaultProxy:
@@ -453,7 +473,9 @@ class FaultProxy:
         """Remember the batches of a lost response that the broker had accepted."""
         response: Any
         try:
-            response, _ = entity_reader(load_response_schema(PRODUCE, pending.version))(frame, 8)
+            body = 9 if pending.version >= FIRST_FLEXIBLE_PRODUCE_VERSION else 8  # tag buffer
+            schema = load_response_schema(PRODUCE, pending.version)
+            response, _ = entity_reader(schema)(frame, body)
         except Exception:
             return
         for topic in response.responses:

@@ -115,7 +115,10 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # Why Onceflow's advertised range differs from Kafka 4.1's, per API key. One line per API:
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
-    0: _NOT_YET,
+    0: (
+        "v11 (TRANSACTION_ABORTABLE for a write outside the transaction) not yet; v12 only "
+        "with transaction version 2 (KIP-890 part 2), v13 topic ids"
+    ),
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
     19: _NOT_YET,
     20: _NOT_YET,

@@ -26,7 +26,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RawBody, RequestContext
-from onceflow.errors import ErrorCode, KafkaError
+from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.indexes import AbortedTxn
@@ -52,6 +52,10 @@ class _PartitionRead:
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    if request.topics is None or any(t.partitions is None for t in request.topics):
+        # Flexible versions can encode a null array where Kafka allows none: its parser
+        # refuses the request, and the connection is closed.
+        raise ProtocolError("malformed Fetch request: null topics or partitions")
     broker = ctx.broker
     clock = broker.clock
     deadline = clock.monotonic_ms() + int(request.max_wait.total_seconds() * 1000)

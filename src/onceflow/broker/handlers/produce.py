@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 from onceflow.broker.broker import RemoteVerification
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
+from onceflow.broker.handlers.fetch import LEADER_MOVED, current_leader, node_endpoints
 from onceflow.broker.topics import INTERNAL_TOPICS
-from onceflow.errors import ErrorCode, KafkaError
+from onceflow.errors import ErrorCode, KafkaError, ProtocolError
+from onceflow.protocol import codec
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
 from onceflow.security.acl import AclOperation, ResourceType
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    if request.topic_data is None or any(t.partition_data is None for t in request.topic_data):
+        # Flexible versions can encode a null array where Kafka allows none: its parser
+        # refuses the request, and the connection is closed.
+        raise ProtocolError("malformed Produce request: null topics or partitions")
     broker = ctx.broker
     acks = request.acks
     if not _transaction_authorized(ctx, request):
@@ -44,6 +50,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
     topics: list[Any] = []
+    leaders: set[int] = set()  # named in NOT_LEADER_OR_FOLLOWER answers (v10+)
     for topic_data in request.topic_data:
         partitions: list[Any] = []
         for data in topic_data.partition_data:
@@ -52,6 +59,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             base_offset = -1
             log_start = -1
             append_time: datetime.datetime | None = None
+            leader = None
             try:
                 if topic_data.name in denied:
                     raise KafkaError(ErrorCode.topic_authorization_failed)
@@ -75,6 +83,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     waiting.append((len(topics), len(partitions)))
             except KafkaError as exc:
                 error, message = exc.code, exc.message or None
+                if ctx.api_version >= 10 and error in LEADER_MOVED:
+                    leader_id, epoch = current_leader(ctx, topic_data.name, data.index)
+                    leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
+                    leaders.add(leader_id)
             partitions.append(
                 ctx.entity(
                     "PartitionProduceResponse",
@@ -85,6 +97,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     log_start_offset=log_start,
                     record_errors=(),
                     error_message=message,
+                    **({} if leader is None else {"current_leader": leader}),
                 )
             )
         topics.append(
@@ -92,12 +105,20 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
             )
         )
-    response = ctx.response(responses=tuple(topics), throttle_time=datetime.timedelta(0))
+    response = ctx.response(
+        responses=tuple(topics),
+        throttle_time=datetime.timedelta(0),
+        node_endpoints=node_endpoints(ctx, leaders, _endpoint_entity(ctx)) if leaders else (),
+    )
     if acks == 0:
         return NO_RESPONSE
     if not waits:
         return response
     return Deferred(waits, response, lambda errors: _unacknowledged(response, waiting, errors))
+
+
+def _endpoint_entity(ctx: RequestContext) -> Any:
+    return codec.nested(ctx.header.api_key, ctx.api_version, "NodeEndpoint")
 
 
 def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:

@@ -1,0 +1,58 @@
+"""Produce at every served version over the wire, request and answer with kio's schema of
+that version (v9+ flexible), the records read back by a Fetch."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import pytest
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
+from onceflow.protocol.codec import build, request_type
+from onceflow.records.builder import build_batch
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.wire import RawConnection
+from tests.integration.test_fetch_versions_wire import create_or_describe, fetch_request
+
+lo, hi = SUPPORTED_VERSIONS[ApiKey.PRODUCE]
+
+
+def produce_request(version: int, topic: str, parts: dict[int, bytes], acks: int = -1) -> Any:
+    module = load_payload_module(ApiKey.PRODUCE, version, EntityType.request)
+    data = tuple(
+        build(module.PartitionProduceData, index=p, records=records) for p, records in parts.items()
+    )
+    return build(
+        request_type(ApiKey.PRODUCE, version),
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(build(module.TopicProduceData, name=topic, partition_data=data),),
+    )
+
+
+@pytest.mark.parametrize("version", range(lo, hi + 1))
+def test_produce_at_every_version(shared_broker: BrokerProcess, version: int) -> None:
+    topic = f"wire-produce-{version}"
+    batch = build_batch([(b"k", b"value", [])], timestamp_ms=int(time.time() * 1000))
+    with RawConnection(shared_broker.bootstrap) as conn:
+        topic_id = create_or_describe(conn, topic)
+        first = conn.call(produce_request(version, topic, {0: batch, 7: batch}))
+        second = conn.call(produce_request(version, topic, {0: batch}))
+        fetched = conn.call(fetch_request(12, topic, {0: (0, -1)}, topic_id))
+    (answer,) = first.responses
+    assert answer.name == topic
+    by_partition = {p.index: p for p in answer.partition_responses}
+    assert (by_partition[0].error_code, by_partition[0].base_offset) == (0, 0)
+    assert by_partition[7].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    if version >= 10:
+        assert by_partition[7].current_leader.leader_id == -1  # only for NOT_LEADER
+        assert first.node_endpoints == ()
+    (again,) = second.responses[0].partition_responses
+    assert (again.error_code, again.base_offset) == (0, 1)
+    (records,) = fetched.responses[0].partitions
+    assert records.high_watermark == 2 and records.records.count(b"value") == 2
