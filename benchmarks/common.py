@@ -47,11 +47,19 @@ BROKER_SRC_ENV = "ONCEFLOW_BENCH_BROKER_SRC"
 
 
 class OnceflowBroker:
-    """A broker subprocess on a free port, by default with a fresh temporary data dir."""
+    """A broker subprocess on a free port, by default with a fresh temporary data dir.
 
-    def __init__(self, overrides: dict[str, str] | None = None, start: bool = True) -> None:
+    With a `listeners` override (named listeners: SASL_SSL://...), `port` must be its
+    PLAINTEXT listener's: the readiness check speaks plain Kafka protocol."""
+
+    def __init__(
+        self,
+        overrides: dict[str, str] | None = None,
+        start: bool = True,
+        port: int | None = None,
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="onceflow-bench-")
-        self.port = free_port()
+        self.port = port or free_port()
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(self.dir, "broker.log")
@@ -67,9 +75,9 @@ class OnceflowBroker:
             "serve",
             "--data-dir",
             os.path.join(self.dir, "data"),
-            "--listener",
-            f"127.0.0.1:{self.port}",
         ]
+        if "listeners" not in self.overrides:  # --listener would win over the override
+            args += ["--listener", f"127.0.0.1:{self.port}"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         env = dict(os.environ)

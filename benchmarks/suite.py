@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import cluster, disk, recovery, scaling
+from benchmarks import cluster, disk, recovery, scaling, security
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
@@ -35,8 +35,17 @@ from onceflow.bench import (
 )
 
 RESULTS = Path(__file__).parent / "results"
-SECTIONS = ("throughput", "latency", "scaling", "recovery", "cluster", "spark", "disk")
-WRITE_HEAVY = {"throughput", "scaling", "recovery", "cluster"}
+SECTIONS = (
+    "throughput",
+    "security",
+    "latency",
+    "scaling",
+    "recovery",
+    "cluster",
+    "spark",
+    "disk",
+)
+WRITE_HEAVY = {"throughput", "security", "scaling", "recovery", "cluster"}
 
 
 @dataclass
@@ -170,6 +179,18 @@ def throughput(plan: Plan, broker: OnceflowBroker, mock: str, out: dict[str, flo
     )
 
 
+def security_section(plan: Plan, out: dict[str, float]) -> None:
+    """Figure 9: 1 KiB produce and read_committed consume over SASL_SSL (SCRAM-SHA-256)
+    against PLAINTEXT on one broker, and over SASL_SSL on a broker with ACLs on."""
+    runs = security.security_runs(
+        plan.messages,
+        groups=max(plan.repeat, plan.produce_repeat),
+        reads=3 * plan.repeat,
+        settle_seconds=plan.settle_seconds,
+    )
+    out.update(security.figures(runs, plan.messages))
+
+
 def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
     """Figure 4."""
     for mode in latency.MODES:
@@ -292,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     spark_flag.add_argument("--no-spark", action="store_true", help="skip figure 7")
     parser.add_argument(
         "--only",
-        help="comma-separated sections to run: "
-        "throughput,latency,scaling,recovery,cluster,spark,disk",
+        help="comma-separated sections to run: " + ",".join(SECTIONS),
     )
     args = parser.parse_args(argv)
     plan = Plan.smoke() if args.smoke else Plan()
@@ -329,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     _admin, mock = mock_cluster()  # the mock lives as long as its client
     steps: dict[str, Callable[[], None]] = {
         "throughput": lambda: throughput(plan, broker, mock, figures),
+        "security": lambda: security_section(plan, figures),
         "latency": lambda: latencies(plan, broker, figures),
         "scaling": lambda: scale(plan, broker, figures),
         "recovery": lambda: recover(plan, figures),

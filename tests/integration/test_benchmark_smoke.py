@@ -29,6 +29,10 @@ FIGURES = (
     "recovery_2MB_with_snapshot_s",
     "recovery_8MB_without_snapshot_s",
     "recovery_with_snapshot_growth_8MB_to_2MB",
+    "security_produce_1024B_sasl_ssl_MBps",
+    "security_produce_1024B_sasl_ssl_ratio_to_plaintext",
+    "security_produce_1024B_acls_ratio_to_plaintext",
+    "security_consume_1024B_sasl_ssl_ratio_to_plaintext",
 )
 
 
