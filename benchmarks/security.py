@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,15 @@ def security_runs(
                 topic = f"{TOPIC_PREFIX}{name}-{group}"
                 create_topic(admins[name], topic)
                 seconds[f"produce_{name}"].append(produce(endpoints[name], topic, messages, KIB))
+            speeds = ", ".join(
+                f"{name} {messages * KIB / 1e6 / seconds[f'produce_{name}'][-1]:.0f}"
+                for name in RUNS
+            )
+            print(
+                f"bench: security produce group {group + 1}: MB/s {speeds}",
+                file=sys.stderr,
+                flush=True,
+            )
         # The plaintext and SASL_SSL consumers read the same log of the same broker.
         topics = {name: f"{TOPIC_PREFIX}{name}-0" for name in RUNS}
         topics["sasl_ssl"] = topics["plaintext"]
