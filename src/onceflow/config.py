@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from onceflow.security.authorizer import AUTHORIZER_CLASS_NAMES
+from onceflow.security.sasl import SUPPORTED_MECHANISMS
 
 __all__ = [
     "BROKER_CONFIG_KEYS",
@@ -417,7 +418,6 @@ _NON_EMPTY = _Check("at least one entry", lambda v: len(v) > 0)
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _PEM_ONLY = _Check("PEM (convert JKS or PKCS12 stores to PEM files)", lambda v: v.upper() == "PEM")
 _TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _PRINCIPAL_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*:.+")
 _SUPER_USERS = _Check(
     "principals such as User:admin, semicolon-separated",
@@ -1094,12 +1094,12 @@ def _check_security(cfg: BrokerConfig) -> None:
                 )
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             mechanisms = cfg.listener_value(listener.name, "sasl.enabled.mechanisms")
-            unsupported = [m for m in mechanisms if m not in _SASL_MECHANISMS]
+            unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
             if not mechanisms or unsupported:
                 raise _invalid(
                     "sasl.enabled.mechanisms",
                     ",".join(mechanisms),
-                    f"mechanisms Onceflow supports ({', '.join(_SASL_MECHANISMS)}) for the "
+                    f"mechanisms Onceflow supports ({', '.join(SUPPORTED_MECHANISMS)}) for the "
                     f"{protocol} listener {listener.name}",
                 )
     inter = cfg.inter_broker_listener()

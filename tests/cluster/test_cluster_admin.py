@@ -4,9 +4,7 @@ from a client, leader-epoch fencing, a duplicate broker.id and an unreachable Zo
 
 from __future__ import annotations
 
-import datetime
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,12 +13,11 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
 
 from tests.helpers.broker import TEST_DEFAULT_OVERRIDES, broker_command, free_port
 from tests.helpers.clients import admin_client, create_topic, producer, topic_name
 from tests.helpers.cluster import Cluster, cluster_fixture
-from tests.helpers.wire import RawConnection, request_class
+from tests.helpers.wire import RawConnection, fetch_request
 
 three = cluster_fixture(3, scope="module", overrides={"min.insync.replicas": "2"})
 T = 20.0
@@ -81,35 +78,8 @@ def test_bad_replication_is_refused_with_kafkas_error(
 
 
 def _fetch_as_replica(conn: RawConnection, topic: str, replica: int, epoch: int) -> int:
-    cls = request_class(1, 11)
-    module = sys.modules[cls.__module__]
-    request = cls(
-        replica_id=i32(replica),
-        max_wait=datetime.timedelta(milliseconds=10),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=0,
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            module.FetchTopic(
-                topic=topic,
-                partitions=(
-                    module.FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(epoch),
-                        fetch_offset=i64(0),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    response = conn.call(request)
-    return int(response.responses[0].partitions[0].error_code)
+    request = fetch_request(topic, replica_id=replica, leader_epoch=epoch)
+    return int(conn.call(request).responses[0].partitions[0].error_code)
 
 
 def test_a_client_fetching_as_a_replica_or_with_a_stale_epoch_is_refused(

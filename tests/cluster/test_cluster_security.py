@@ -16,8 +16,6 @@ transaction markers and KIP-890's verification go over INTERNAL.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,7 +36,6 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from kio.static.primitive import i32, i64
 
 from onceflow.cli.common import CliError
 from onceflow.cli.kafka_wire import Cluster as WireCluster
@@ -50,7 +47,7 @@ from tests.helpers.broker import free_port
 from tests.helpers.certs import Pki, make_pki
 from tests.helpers.clients import QUIET_LOGGER, drain, topic_name
 from tests.helpers.cluster import Cluster, ClusterBroker
-from tests.helpers.wire import request_class
+from tests.helpers.wire import fetch_request
 
 T = 30.0
 BROKER_SECRET = "broker-secret"
@@ -420,35 +417,8 @@ def test_acls_and_users_made_through_one_broker_hold_on_every_broker_and_after_a
 def _fetch(conn: Connection, topic: str, replica: int, offset: int) -> tuple[int, bytes]:
     """Fetch v11 of partition 0 from `offset`, as follower `replica` (-1: as a consumer):
     the partition's error code and record bytes."""
-    cls = request_class(ApiKey.FETCH, FETCH_VERSION)
-    module = sys.modules[cls.__module__]
-    request = cls(
-        replica_id=i32(replica),
-        max_wait=datetime.timedelta(milliseconds=10),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=0,
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            module.FetchTopic(
-                topic=topic,
-                partitions=(
-                    module.FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(offset),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    response = conn.call_at(ApiKey.FETCH, FETCH_VERSION, request)
-    part = response.responses[0].partitions[0]
+    request = fetch_request(topic, replica_id=replica, fetch_offset=offset)
+    part = conn.call_at(ApiKey.FETCH, FETCH_VERSION, request).responses[0].partitions[0]
     return int(part.error_code), bytes(part.records or b"")
 
 

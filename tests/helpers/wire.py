@@ -12,6 +12,7 @@ import io
 import socket
 import ssl
 import struct
+import sys
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -20,9 +21,9 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
-__all__ = ["RawConnection", "encode_entity", "produce_request", "request_frame"]
+__all__ = ["RawConnection", "encode_entity", "fetch_request", "produce_request", "request_frame"]
 
 SOCKET_TIMEOUT_S = 10.0
 
@@ -159,4 +160,37 @@ def produce_request(topic: str, parts: dict[int, bytes], acks: int = -1) -> Any:
                 ),
             ),
         ),
+    )
+
+
+def fetch_request(
+    topic: str, *, replica_id: int = -1, fetch_offset: int = 0, leader_epoch: int = -1
+) -> Any:
+    """A Fetch v11 of partition 0 of `topic`, as a consumer or (replica_id >= 0) a follower."""
+    cls = request_class(1, 11)
+    module = sys.modules[cls.__module__]
+    return cls(
+        replica_id=i32(replica_id),
+        max_wait=datetime.timedelta(milliseconds=10),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=0,
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(
+            module.FetchTopic(
+                topic=topic,
+                partitions=(
+                    module.FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(leader_epoch),
+                        fetch_offset=i64(fetch_offset),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
     )

@@ -21,7 +21,6 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from onceflow.broker.broker import Broker
-from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Deferred, RawBody, RequestContext
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.server import _settle
@@ -33,7 +32,7 @@ from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import RequestHeader, build, encode_body, request_type, response_type
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
-from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from onceflow.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from onceflow.security.session import Session
 
 Op = AclOperation
@@ -482,7 +481,7 @@ def test_metadata_authorized_operations(tmp_path: Path) -> None:
         assert response.cluster_authorized_operations == (1 << Op.ALTER) | (1 << Op.DESCRIBE)
         h.use(None)  # no authorizer: everything Kafka supports on each
         response = await h.call(ApiKey.METADATA, 8, **fields)
-        expected = sum(1 << op for op in authz.SUPPORTED_OPERATIONS[R.CLUSTER])
+        expected = sum(1 << op for op in SUPPORTED_OPERATIONS[R.CLUSTER])
         assert response.cluster_authorized_operations == expected
         not_asked = await h.call(ApiKey.METADATA, 8, **metadata_fields((OPEN,)))
         assert not_asked.cluster_authorized_operations == -(2**31)

@@ -33,8 +33,8 @@ from onceflow.security.scram import (
     ScramUpsertion,
     decode_credentials,
     encode_credentials,
-    plan_alterations,
     salted_password,
+    user_alteration_error,
     validate_deletion,
     validate_upsertion,
 )
@@ -332,51 +332,34 @@ def test_validate_deletion() -> None:
     )
 
 
-def test_plan_alterations_as_kraft() -> None:
-    stored = {("dave", "SCRAM-SHA-256"), ("erin", "SCRAM-SHA-512"), ("frank", "SCRAM-SHA-256")}
-    plan = plan_alterations(
-        deletions=[
-            ScramDeletion("dave", 1),
-            ScramDeletion("erin", 2),
-            ScramDeletion("ghost", 1),
-            ScramDeletion("frank", 1),
-            ScramDeletion("frank", 2),  # frank twice: DUPLICATE, the first is dropped too
-        ],
-        upsertions=[
-            upsert("alice"),
-            upsert("bob", iterations=10),
-            upsert("carol", mechanism=1),
-            upsert("carol", mechanism=2),  # KRaft: one alteration per user per request
-            upsert("carol", mechanism=1),  # an errored user gets no second result
-            upsert("erin", mechanism=1),  # erin also deleted above: DUPLICATE
-        ],
-        exists=lambda user, mech: (user, mech) in stored,
-    )
-    results = {r.user: (r.error_code, r.error_message) for r in plan.results}
-    assert len(plan.results) == len(results)
+def test_a_users_alterations_succeed_or_fail_together() -> None:
+    stored = {"SCRAM-SHA-256"}
+    ok = (ErrorCode.none, None)
     dup = (
         ErrorCode.duplicate_resource,
         "A user credential cannot be altered twice in the same request",
     )
-    assert results == {
-        "dave": (ErrorCode.none, None),
-        "alice": (ErrorCode.none, None),
-        "ghost": (
-            ErrorCode.resource_not_found,
-            "Attempt to delete a user credential that does not exist",
-        ),
-        "frank": dup,
-        "bob": (ErrorCode.unacceptable_credential, "Too few iterations"),
-        "carol": dup,
-        "erin": dup,
-    }
-    assert plan.deletions == [("dave", "SCRAM-SHA-256")]
-    u = upsert("alice")
-    expected = ScramCredential.from_salted_password(
-        "SCRAM-SHA-256", u.salt, u.salted_password, 4096
+    # Both mechanisms in one request, as kafka-configs.sh sends them.
+    assert user_alteration_error("a", [], [upsert("a", 1), upsert("a", 2)], stored) == ok
+    assert user_alteration_error("a", [ScramDeletion("a", 1)], [upsert("a", 2)], stored) == ok
+    # One mechanism twice, deleted and set or set twice.
+    assert user_alteration_error("a", [ScramDeletion("a", 1)], [upsert("a", 1)], stored) == dup
+    assert user_alteration_error("a", [], [upsert("a", 2), upsert("a", 2)], stored) == dup
+    # Kafka's order: name and mechanism first, then duplicates, deletions, upsertions.
+    assert user_alteration_error("", [], [upsert("", 1), upsert("", 1)], stored)[0] == (
+        ErrorCode.unacceptable_credential
     )
-    assert plan.upsertions == [("alice", expected)]
-    assert expected.verify_password("pw")
+    assert user_alteration_error("a", [], [upsert("a", 9), upsert("a", 9)], stored)[0] == (
+        ErrorCode.unsupported_sasl_mechanism
+    )
+    assert user_alteration_error("a", [ScramDeletion("a", 2)], [upsert("a", 1)], stored) == (
+        ErrorCode.resource_not_found,
+        "Attempt to delete a user credential that does not exist",
+    )
+    assert user_alteration_error("a", [], [upsert("a", iterations=10)], stored) == (
+        ErrorCode.unacceptable_credential,
+        "Too few iterations",
+    )
 
 
 # --- SASL/PLAIN -------------------------------------------------------------------------------

@@ -80,8 +80,6 @@ class Broker:
         self.clock = clock or SystemClock()
         self.fs = fs or RealFileSystem()
         self.node_id = config.node_id
-        advertised = config.effective_advertised_listeners()[0]
-        self.advertised_host, self.advertised_port = advertised.host, advertised.port
         self.log_dir = config.log_dirs[0]
         self.max_request_bytes = config.socket_request_max_bytes
         self.cluster_id = ""

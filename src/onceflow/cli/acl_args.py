@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from onceflow.cli.common import UsageError
 from onceflow.security.acl import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     WILDCARD,
     AccessControlEntry,
     AclOperation,
@@ -27,7 +28,6 @@ from onceflow.security.acl import (
 __all__ = [
     "CLUSTER",
     "PATTERN_TYPES",
-    "SUPPORTED_OPERATIONS",
     "check_arguments",
     "entry_text",
     "expand",
@@ -45,36 +45,6 @@ PATTERN_TYPES = {
     "prefixed": PatternType.PREFIXED,
     "any": PatternType.ANY,
     "match": PatternType.MATCH,
-}
-# The operations an ACL on each resource type may name (besides ALL), as Kafka's AclEntry.
-SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
-    ResourceType.TOPIC: frozenset(
-        {
-            Op.READ,
-            Op.WRITE,
-            Op.CREATE,
-            Op.DESCRIBE,
-            Op.DELETE,
-            Op.ALTER,
-            Op.DESCRIBE_CONFIGS,
-            Op.ALTER_CONFIGS,
-        }
-    ),
-    ResourceType.GROUP: frozenset(
-        {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
-    ),
-    ResourceType.CLUSTER: frozenset(
-        {
-            Op.CREATE,
-            Op.CLUSTER_ACTION,
-            Op.DESCRIBE_CONFIGS,
-            Op.ALTER_CONFIGS,
-            Op.IDEMPOTENT_WRITE,
-            Op.ALTER,
-            Op.DESCRIBE,
-        }
-    ),
-    ResourceType.TRANSACTIONAL_ID: frozenset({Op.DESCRIBE, Op.WRITE}),
 }
 # The roles' operations, per resource type (Kafka's --producer and --consumer).
 PRODUCER_OPERATIONS = {

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from onceflow.cli.common import UsageError
+from onceflow.security.scram import MIN_ITERATIONS, SCRAM_MECHANISMS
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -24,9 +25,8 @@ __all__ = [
     "scram_credential",
 ]
 
-MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = tuple(SCRAM_MECHANISMS)
 DEFAULT_ITERATIONS = 4096  # kafka-configs.sh's default
-MIN_ITERATIONS = 4096  # Kafka's minimum for both mechanisms
 # A comma, or an `=`, that is not inside [...]: no `]` follows before the next `[` or the end.
 _OUTSIDE_BRACKETS = r"(?=[^\]]*(?:\[|$))"
 _CREDENTIAL = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)

@@ -21,6 +21,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from onceflow.security import acl
+from onceflow.security.scram import ScramMechanism
 
 __all__ = ["ScramCredentials", "describe_acls", "describe_scram_credentials", "wire_cluster"]
 
@@ -33,7 +34,6 @@ _NAMES: dict[int, str] = {
     ApiKey.DESCRIBE_ACLS: "DescribeAcls",
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
 }
-_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 Acls = dict[acl.ResourcePattern, set[acl.AccessControlEntry]]
 #: user -> (mechanism, iterations) pairs, or the KafkaApiError that describes the user.
 ScramCredentials = dict[str, list[tuple[str, int]] | KafkaApiError]
@@ -112,7 +112,11 @@ def describe_scram_credentials(connection: Connection, users: list[str]) -> Scra
             )
             continue
         out[result.user] = [
-            (_MECHANISMS.get(int(i.mechanism), f"mechanism {i.mechanism}"), int(i.iterations))
-            for i in result.credential_infos
+            (_mechanism_name(int(i.mechanism)), int(i.iterations)) for i in result.credential_infos
         ]
     return out
+
+
+def _mechanism_name(code: int) -> str:
+    mechanism = ScramMechanism.from_code(code)
+    return f"mechanism {code}" if mechanism is ScramMechanism.UNKNOWN else mechanism.mechanism_name

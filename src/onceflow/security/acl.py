@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CLUSTER_NAME",
+    "SUPPORTED_OPERATIONS",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
     "AccessControlEntry",
@@ -111,3 +112,37 @@ class AclBindingFilter:
     host: str | None = None
     operation: AclOperation = AclOperation.ANY
     permission: AclPermissionType = AclPermissionType.ANY
+
+
+_Op = AclOperation
+#: The operations an ACL on each resource type may name besides ALL, and that Kafka reports
+#: in `authorized_operations` fields: Kafka 4.x's AclEntry.supportedOperations.
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset(
+        {
+            _Op.READ,
+            _Op.WRITE,
+            _Op.CREATE,
+            _Op.DESCRIBE,
+            _Op.DELETE,
+            _Op.ALTER,
+            _Op.DESCRIBE_CONFIGS,
+            _Op.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.GROUP: frozenset(
+        {_Op.READ, _Op.DESCRIBE, _Op.DELETE, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS}
+    ),
+    ResourceType.CLUSTER: frozenset(
+        {
+            _Op.CREATE,
+            _Op.CLUSTER_ACTION,
+            _Op.DESCRIBE_CONFIGS,
+            _Op.ALTER_CONFIGS,
+            _Op.IDEMPOTENT_WRITE,
+            _Op.ALTER,
+            _Op.DESCRIBE,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_Op.DESCRIBE, _Op.WRITE}),
+}

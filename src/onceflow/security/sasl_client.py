@@ -15,12 +15,13 @@ from typing import Any
 
 from scramp import ScramClient, ScramException  # type: ignore[import-untyped]
 
+from onceflow.security.sasl import SUPPORTED_MECHANISMS
+
 __all__ = ["MECHANISMS", "SaslClient", "SaslClientError"]
 
 PLAIN = "PLAIN"
-SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-#: The mechanisms a client can use, by their SaslHandshake names.
-MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
+#: The mechanisms a client can use, by their SaslHandshake names: the broker's.
+MECHANISMS = SUPPORTED_MECHANISMS
 
 
 class SaslClientError(Exception):

@@ -16,7 +16,7 @@ import hashlib
 import hmac as std_hmac
 import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -30,8 +30,6 @@ __all__ = [
     "MIN_ITERATIONS",
     "MIN_SALT_BYTES",
     "SCRAM_MECHANISMS",
-    "AlterationPlan",
-    "AlterationResult",
     "ScramCredential",
     "ScramDeletion",
     "ScramMechanism",
@@ -39,8 +37,8 @@ __all__ = [
     "ScramUpsertion",
     "decode_credentials",
     "encode_credentials",
-    "plan_alterations",
     "salted_password",
+    "user_alteration_error",
     "validate_deletion",
     "validate_upsertion",
 ]
@@ -195,22 +193,6 @@ class ScramDeletion:
     mechanism: int
 
 
-@dataclass(frozen=True, slots=True)
-class AlterationResult:
-    user: str
-    error_code: ErrorCode = ErrorCode.none
-    error_message: str | None = None
-
-
-@dataclass(frozen=True)
-class AlterationPlan:
-    """A request's answer and, for the users without errors, what to write."""
-
-    results: list[AlterationResult]
-    deletions: list[tuple[str, str]]  # (user, mechanism name)
-    upsertions: list[tuple[str, ScramCredential]]
-
-
 _OK: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
 _DUPLICATE = "A user credential cannot be altered twice in the same request"
 
@@ -253,63 +235,33 @@ def validate_deletion(deletion: ScramDeletion, exists: bool) -> tuple[ErrorCode,
     return _OK
 
 
-def plan_alterations(
-    deletions: Iterable[ScramDeletion],
-    upsertions: Iterable[ScramUpsertion],
-    exists: Callable[[str, str], bool],
-) -> AlterationPlan:
-    """Kafka's (KRaft) AlterUserScramCredentials: a user altered twice in one request gets
-    DUPLICATE_RESOURCE and none of its alterations; each user gets one result.
-    `exists(user, mechanism name)` tells whether a credential is stored."""
-    errors: dict[str, tuple[ErrorCode, str | None]] = {}
-    to_delete: dict[str, ScramDeletion] = {}
-    to_upsert: dict[str, ScramUpsertion] = {}
+def user_alteration_error(
+    name: str,
+    deletions: Sequence[ScramDeletion],
+    upsertions: Sequence[ScramUpsertion],
+    stored: Collection[str],
+) -> tuple[ErrorCode, str | None]:
+    """Kafka's answer for one user's alterations in a request, which succeed or fail
+    together; `stored` names the mechanisms the user has credentials for. A request may set
+    both mechanisms of a user, as kafka-configs.sh sends them; one mechanism twice is
+    DUPLICATE_RESOURCE."""
+    mechanisms = [d.mechanism for d in deletions] + [u.mechanism for u in upsertions]
+    for mechanism in mechanisms:
+        error = _validate_user_and_mechanism(name, mechanism)
+        if error != _OK:
+            return error
+    if len(set(mechanisms)) < len(mechanisms):
+        return ErrorCode.duplicate_resource, _DUPLICATE
     for d in deletions:
-        if d.name in errors:
-            continue
-        if to_delete.pop(d.name, None) is not None:
-            errors[d.name] = (ErrorCode.duplicate_resource, _DUPLICATE)
-            continue
-        mech = ScramMechanism.from_code(d.mechanism).mechanism_name
-        error = validate_deletion(
-            d, bool(d.name) and mech in SCRAM_MECHANISMS and exists(d.name, mech)
-        )
-        if error == _OK:
-            to_delete[d.name] = d
-        else:
-            errors[d.name] = error
+        exists = ScramMechanism.from_code(d.mechanism).mechanism_name in stored
+        error = validate_deletion(d, exists)
+        if error != _OK:
+            return error
     for u in upsertions:
-        if u.name in errors:
-            continue
-        if to_delete.pop(u.name, None) is not None or to_upsert.pop(u.name, None) is not None:
-            errors[u.name] = (ErrorCode.duplicate_resource, _DUPLICATE)
-            continue
         error = validate_upsertion(u)
-        if error == _OK:
-            to_upsert[u.name] = u
-        else:
-            errors[u.name] = error
-    results = [AlterationResult(user) for user in (*to_delete, *to_upsert)]
-    results += [AlterationResult(user, code, msg) for user, (code, msg) in errors.items()]
-    return AlterationPlan(
-        results=results,
-        deletions=[
-            (d.name, ScramMechanism.from_code(d.mechanism).mechanism_name)
-            for d in to_delete.values()
-        ],
-        upsertions=[
-            (
-                u.name,
-                ScramCredential.from_salted_password(
-                    ScramMechanism.from_code(u.mechanism).mechanism_name,
-                    u.salt,
-                    u.salted_password,
-                    u.iterations,
-                ),
-            )
-            for u in to_upsert.values()
-        ],
-    )
+        if error != _OK:
+            return error
+    return _OK
 
 
 # --- the store's form: versioned JSON, base64 for bytes ------------------------------------

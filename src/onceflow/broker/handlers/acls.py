@@ -46,17 +46,21 @@ def _filter(request: Any) -> AclBindingFilter:
     )
 
 
+def _refused(ctx: RequestContext, operation: AclOperation) -> tuple[ErrorCode, str | None] | None:
+    """Why an ACL request is refused: no authorizer (SECURITY_DISABLED, as Kafka answers),
+    or the principal may not do `operation` on the cluster; None when it may go on."""
+    if ctx.broker.security.authorizer is None:
+        return ErrorCode.security_disabled, _DISABLED
+    if not ctx.authorized(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.cluster_authorization_failed, None
+    return None
+
+
 async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     security = ctx.broker.security
-    if security.authorizer is None or not ctx.authorized(
-        AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME
-    ):
-        code = (
-            ErrorCode.security_disabled
-            if security.authorizer is None
-            else ErrorCode.cluster_authorization_failed
-        )
-        message = _DISABLED if security.authorizer is None else None
+    refused = _refused(ctx, AclOperation.ALTER)
+    if refused is not None:
+        code, message = refused
         results = tuple(
             ctx.entity("AclCreationResult", error_code=code, error_message=message)
             for _ in request.creations
@@ -98,10 +102,9 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
             throttle_time=_NO_TIME, error_code=code, error_message=message, resources=()
         )
 
-    if security.authorizer is None:
-        return failed(ErrorCode.security_disabled, _DISABLED)
-    if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return failed(ErrorCode.cluster_authorization_failed, None)
+    refused = _refused(ctx, AclOperation.DESCRIBE)
+    if refused is not None:
+        return failed(*refused)
     found = security.describe_acls(_filter(request))
     if isinstance(found, tuple):
         return failed(*found)
@@ -134,15 +137,9 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
     security = ctx.broker.security
-    if security.authorizer is None or not ctx.authorized(
-        AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME
-    ):
-        code = (
-            ErrorCode.security_disabled
-            if security.authorizer is None
-            else ErrorCode.cluster_authorization_failed
-        )
-        message = _DISABLED if security.authorizer is None else None
+    refused = _refused(ctx, AclOperation.ALTER)
+    if refused is not None:
+        code, message = refused
         denied = tuple(
             ctx.entity(
                 "DeleteAclsFilterResult", error_code=code, error_message=message, matching_acls=()

@@ -17,11 +17,10 @@ from typing import Any
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.records.batch import ATTRIBUTES_OFFSET, MAGIC_OFFSET, TRANSACTIONAL_FLAG
-from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from onceflow.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 __all__ = [
     "DENIED_MESSAGES",
-    "SUPPORTED_OPERATIONS",
     "allowed",
     "authorized_operations",
     "cluster_authorized",
@@ -40,31 +39,6 @@ DENIED_MESSAGES = {
     ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
 }
 
-#: The operations Kafka reports in the `authorized_operations` fields, per resource type
-#: (AclEntry.supportedOperations, with GROUP as before KIP-848's group configs).
-SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
-    ResourceType.TOPIC: (
-        Op.READ,
-        Op.WRITE,
-        Op.CREATE,
-        Op.DESCRIBE,
-        Op.DELETE,
-        Op.ALTER,
-        Op.DESCRIBE_CONFIGS,
-        Op.ALTER_CONFIGS,
-    ),
-    ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE),
-    ResourceType.CLUSTER: (
-        Op.CREATE,
-        Op.CLUSTER_ACTION,
-        Op.DESCRIBE_CONFIGS,
-        Op.ALTER_CONFIGS,
-        Op.IDEMPOTENT_WRITE,
-        Op.ALTER,
-        Op.DESCRIBE,
-    ),
-    ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
-}
 
 _ATTRIBUTES = struct.Struct(">h")
 _CURRENT_MAGIC = 2
@@ -79,12 +53,7 @@ def allowed(
     quiet: bool = False,
 ) -> bool:
     """`ctx.authorized`, or with `quiet` the same decision without an audit line."""
-    if not quiet:
-        return ctx.authorized(operation, resource_type, name)
-    authorizer = ctx.broker.authorizer
-    return authorizer is None or authorizer.authorize(
-        ctx.session, operation, resource_type, name, log_denied=False
-    )
+    return ctx.authorized(operation, resource_type, name, log_denied=not quiet)
 
 
 def denied(
@@ -125,7 +94,7 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
     on the resource, among the operations Kafka supports for its type; all of them without
     an authorizer."""
     field = 0
-    for operation in SUPPORTED_OPERATIONS[resource_type]:
+    for operation in sorted(SUPPORTED_OPERATIONS[resource_type]):
         if allowed(ctx, operation, resource_type, name, quiet=True):
             field |= 1 << operation
     return field

@@ -34,12 +34,20 @@ class RequestContext:
     def api_version(self) -> int:
         return self.header.api_version
 
-    def authorized(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def authorized(
+        self,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+        *,
+        log_denied: bool = True,
+    ) -> bool:
         """Whether this request's principal may do `operation` on the named resource
-        (always, when no authorizer is configured). A denial is logged for the audit."""
+        (always, when no authorizer is configured). A denial is logged for the audit unless
+        `log_denied` is false (Kafka's logIfDenied: filtering, not refusing)."""
         authorizer = self.broker.authorizer
         return authorizer is None or authorizer.authorize(
-            self.session, operation, resource_type, name
+            self.session, operation, resource_type, name, log_denied=log_denied
         )
 
     def authorized_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:

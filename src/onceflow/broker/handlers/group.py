@@ -36,11 +36,9 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2  # KIP-932's share coordinators (FindCoordinator v6)
 DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
-# DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else those of READ,
-# DELETE and DESCRIBE (AclOperation codes 3, 6 and 8) the principal may do: without ACLs
-# all three.
+# DescribeGroups v3+: Integer.MIN_VALUE when the client did not ask; else the bitfield of
+# the group's supported operations the principal may do (authz.authorized_operations).
 OPERATIONS_NOT_REQUESTED = -(2**31)
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 GROUP_DENIED = ErrorCode.group_authorization_failed
 CLASSIC = "classic"  # ListGroups v5's group type: every Onceflow group is a classic one
 _GROUP_NOT_FOUND_FROM = 6  # DescribeGroups: GROUP_ID_NOT_FOUND instead of a "Dead" group

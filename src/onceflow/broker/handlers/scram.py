@@ -13,12 +13,19 @@ from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from onceflow.security.scram import ScramCredential, ScramUpsertion, validate_upsertion
+from onceflow.security.scram import (
+    ScramCredential,
+    ScramDeletion,
+    ScramMechanism,
+    ScramUpsertion,
+    user_alteration_error,
+)
 
 _NO_TIME = datetime.timedelta(0)
-#: Kafka's ScramMechanism codes on the wire.
-MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-MECHANISM_CODES = {name: code for code, name in MECHANISMS.items()}
+
+
+def _mechanism(code: int) -> str:
+    return ScramMechanism.from_code(code).mechanism_name
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
@@ -50,7 +57,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
             infos = tuple(
                 ctx.entity(
                     "CredentialInfo",
-                    mechanism=MECHANISM_CODES[mechanism],
+                    mechanism=ScramMechanism[mechanism.replace("-", "_")],
                     iterations=credential.iterations,
                 )
                 for mechanism, credential in sorted(stored[name].items())
@@ -72,39 +79,6 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
     )
 
 
-def _user_error(
-    name: str, deletions: list[Any], upsertions: list[Any], stored: Any
-) -> tuple[ErrorCode, str] | None:
-    """Kafka's checks of one user's alterations, in Kafka's order; one failure fails them all.
-    Like Kafka's kafka-configs.sh, a request may set both mechanisms of one user; the same
-    (user, mechanism) twice is DUPLICATE_RESOURCE."""
-    mechanisms = [d.mechanism for d in deletions] + [u.mechanism for u in upsertions]
-    if not name:
-        return ErrorCode.unacceptable_credential, "Username must not be empty"
-    if any(m not in MECHANISMS for m in mechanisms):
-        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
-    if len(set(mechanisms)) < len(mechanisms):
-        return (
-            ErrorCode.duplicate_resource,
-            "A user credential cannot be altered twice in the same request",
-        )
-    for deletion in deletions:
-        if MECHANISMS[deletion.mechanism] not in stored.get(name, {}):
-            return (
-                ErrorCode.resource_not_found,
-                "Attempt to delete a user credential that does not exist",
-            )
-    for u in upsertions:
-        code, message = validate_upsertion(
-            ScramUpsertion(
-                u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password)
-            )
-        )
-        if code is not ErrorCode.none:
-            return code, message or code.name
-    return None
-
-
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     users = list(
         dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
@@ -121,36 +95,38 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
         )
         return ctx.response(throttle_time=_NO_TIME, results=results)
     security = ctx.broker.security
-    stored = security.credentials
-    errors: dict[str, tuple[ErrorCode, str] | None] = {}
+    deletions = [ScramDeletion(d.name, d.mechanism) for d in request.deletions]
+    upsertions = [
+        ScramUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+        for u in request.upsertions
+    ]
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
     upserts: list[tuple[str, ScramCredential]] = []
     deletes: list[tuple[str, str]] = []
     for name in users:
-        deletions = [d for d in request.deletions if d.name == name]
-        upsertions = [u for u in request.upsertions if u.name == name]
-        errors[name] = _user_error(name, deletions, upsertions, stored)
-        if errors[name] is not None:
+        mine_deleted = [d for d in deletions if d.name == name]
+        mine_upserted = [u for u in upsertions if u.name == name]
+        stored = security.credentials.get(name, {})
+        errors[name] = user_alteration_error(name, mine_deleted, mine_upserted, stored)
+        if errors[name][0] is not ErrorCode.none:
             continue
-        deletes += [(name, MECHANISMS[d.mechanism]) for d in deletions]
+        deletes += [(name, _mechanism(d.mechanism)) for d in mine_deleted]
         upserts += [
             (
                 name,
                 ScramCredential.from_salted_password(
-                    MECHANISMS[u.mechanism], bytes(u.salt), bytes(u.salted_password), u.iterations
+                    _mechanism(u.mechanism), u.salt, u.salted_password, u.iterations
                 ),
             )
-            for u in upsertions
+            for u in mine_upserted
         ]
     if upserts or deletes:
         await security.change_credentials(upserts, deletes)
     results = tuple(
         ctx.entity(
-            "AlterUserScramCredentialsResult",
-            user=name,
-            error_code=error[0] if error else ErrorCode.none,
-            error_message=error[1] if error else None,
+            "AlterUserScramCredentialsResult", user=name, error_code=code, error_message=message
         )
-        for name, error in errors.items()
+        for name, (code, message) in errors.items()
     )
     return ctx.response(throttle_time=_NO_TIME, results=results)
 
