@@ -221,11 +221,12 @@ class Copier:
         acknowledged or has failed. librdkafka (2.16) purges the records still waiting for a
         retry when a transaction is aborted and gives their sequence numbers to the next
         transaction, even when the failed request may have written them (a leader killed
-        right after appending): the partition then takes the next transaction's batch for a
-        retry of the aborted one (Kafka's duplicate detection, which Onceflow shares) and
-        acknowledges it without writing it, so records of a committed transaction are lost.
-        Flushed first, the retry reaches the new leader within this transaction. Records that
-        will not settle: exit 6, and a new producer (a new epoch) takes over. Off by default."""
+        right after appending). Kafka then takes the next transaction's batch for a retry of
+        the aborted one and acknowledges it without writing it, so a committed transaction
+        loses it; Onceflow refuses it as out of order, which librdkafka makes a fatal error
+        (the copier exits 3 and is started again). Flushed first, nothing is purged. Records
+        that will not settle: exit 6, and a new producer (a new epoch) takes over. Off by
+        default: the chaos tests leave the brokers to defend the output."""
         if not self.args.flush_before_abort:
             return
         left = self.producer.flush(self.call_timeout)

@@ -24,8 +24,10 @@ before each fault, so every fault hits copiers with work in hand however fast th
 is. The copiers ride through: librdkafka retries, and one that exits (fenced, or hung in
 send_offsets_to_transaction() by librdkafka's bug #5511 when the group coordinator's broker
 left the metadata: copier.HungCallWatchdog) is started again and fences its predecessor.
-They flush before each abort, working around a librdkafka bug that loses committed records
-(copier.Copier.settle_before_abort).
+They do not flush before an abort: librdkafka then hands the sequences of records it purged
+to the next transaction, and the brokers must refuse that transaction's batches rather than
+take them for retries of a killed leader's write (test_txn_purged_sequences; the copier
+exits on librdkafka's fatal error and is started again).
 
 Faults run on the main thread and a thread watches the copiers: brokers must be started
 from the main thread, as `die_with_parent` (PR_SET_PDEATHSIG) kills a child when the
@@ -121,9 +123,6 @@ WIRE_TIMEOUT_S = 5.0
 # exits 5 and is started again.
 CALL_TIMEOUT_S = 10.0
 HUNG_CALL_GRACE_S = 5.0
-# The copiers also flush before each abort (`--flush-before-abort`): without, librdkafka
-# 2.16 can reuse the sequence numbers of a batch a killed leader had written, and a
-# committed transaction loses that batch (copier.Copier.settle_before_abort).
 # SIGSTOP lasts at least this long: past the session timeout (CLUSTER_TEST_OVERRIDES).
 PAUSE_MIN_S = int(CLUSTER_TEST_OVERRIDES["zookeeper.session.timeout.ms"]) / 1000 + 1.0
 
@@ -495,7 +494,6 @@ def _run(cluster: Cluster, tmp: Path) -> tuple[str, str, str, Nemesis]:
             "--abort-ratio", str(ABORT_RATIO),
             "--call-timeout", str(CALL_TIMEOUT_S),
             "--hung-call-grace", str(HUNG_CALL_GRACE_S),
-            "--flush-before-abort",
         ]  # fmt: skip
         copiers.append(CopierProcess(args, per_partition, tmp, f"copier-{part}"))
     watcher = Watcher(cluster, copiers)

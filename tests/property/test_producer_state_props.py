@@ -31,6 +31,7 @@ from onceflow.records.builder import build_batch
 from onceflow.storage.fs import SimFileSystem
 from onceflow.storage.partition_log import LogConfig, PartitionLog
 from onceflow.storage.producer_state import (
+    NO_MARKER,
     NO_TXN,
     BatchMetadata,
     ProducerEntry,
@@ -85,6 +86,7 @@ class ModelEntry:
     last_timestamp: int = -1
     txn_first_offset: int = NO_TXN
     coordinator_epoch: int = -1
+    last_marker_offset: int = NO_MARKER
 
     def copy(self) -> ModelEntry:
         return ModelEntry(
@@ -93,6 +95,7 @@ class ModelEntry:
             self.last_timestamp,
             self.txn_first_offset,
             self.coordinator_epoch,
+            self.last_marker_offset,
         )
 
     @property
@@ -114,6 +117,7 @@ def fold(state: dict[int, ModelEntry], item: Stored) -> None:
     if item.marker:
         entry.txn_first_offset = NO_TXN
         entry.coordinator_epoch = 0
+        entry.last_marker_offset = item.base
     else:
         last_seq = (item.first_seq + item.count - 1) % MODULUS
         meta = BatchMetadata(item.first_seq, last_seq, item.last, item.count - 1, item.timestamp)
@@ -132,6 +136,7 @@ def as_producers(state: dict[int, ModelEntry]) -> dict[int, ProducerEntry]:
             coordinator_epoch=m.coordinator_epoch,
             last_timestamp=m.last_timestamp,
             txn_first_offset=m.txn_first_offset,
+            last_marker_offset=m.last_marker_offset,
         )
         entry.batches.extend(m.batches)
         out[pid] = entry
@@ -144,8 +149,10 @@ Decision = tuple[str, int, int] | tuple[str, ErrorCode]
 def decide(state: dict[int, ModelEntry], request: list[Sent], end: int) -> Decision:
     """Kafka's answer to a Produce request of these batches, from the model alone.
 
-    Duplicates are found in the stored state only; each batch is checked against the state
-    the earlier batches of the request leave; one bad batch rejects them all.
+    Duplicates are found in the stored state only, among the batches after the producer's
+    last marker (an ended transaction's batch is never retried); each batch is checked
+    against the state the earlier batches of the request leave; one bad batch rejects them
+    all.
     """
     planned = {pid: e.copy() for pid, e in state.items()}
     offset = end
@@ -153,7 +160,10 @@ def decide(state: dict[int, ModelEntry], request: list[Sent], end: int) -> Decis
         stored = state.get(sent.pid)
         if stored is not None and stored.epoch == sent.epoch:
             for b in stored.batches:
-                if (b.first_seq, b.last_seq) == (sent.first_seq, sent.last_seq):
+                if (b.first_seq, b.last_seq) == (
+                    sent.first_seq,
+                    sent.last_seq,
+                ) and b.last_offset > stored.last_marker_offset:
                     return ("duplicate", b.last_offset - b.offset_delta, b.last_offset)
         entry = planned.get(sent.pid)
         if entry is None:

@@ -66,11 +66,11 @@ def test_producers_and_their_batches(tmp_path: Path, capsys: pytest.CaptureFixtu
         f"Dumping {path}",
         "Producer state snapshot at offset: 6",
         "producerId: 7 producerEpoch: 2 coordinatorEpoch: -1 lastTimestamp: 2000 "
-        "currentTxnFirstOffset: -1 batches: 2",
+        "currentTxnFirstOffset: -1 lastMarkerOffset: -1 batches: 2",
         "| firstSequence: 0 lastSequence: 1 lastOffset: 1 offsetDelta: 1 timestamp: 1000",
         "| firstSequence: 2 lastSequence: 4 lastOffset: 5 offsetDelta: 2 timestamp: 2000",
         "producerId: 9 producerEpoch: 2 coordinatorEpoch: -1 lastTimestamp: 1500 "
-        "currentTxnFirstOffset: 2 batches: 1",
+        "currentTxnFirstOffset: 2 lastMarkerOffset: -1 batches: 1",
         "| firstSequence: 0 lastSequence: 0 lastOffset: 2 offsetDelta: 0 timestamp: 1500",
         "2 producers",
     ]
@@ -92,7 +92,7 @@ def test_empty_snapshot_and_a_producer_without_batches(
         "0 producers",
         f"Dumping {bare}",
         f"producerId: {1 << 40} producerEpoch: 32767 coordinatorEpoch: 3 lastTimestamp: -1 "
-        "currentTxnFirstOffset: -1 batches: 0",
+        "currentTxnFirstOffset: -1 lastMarkerOffset: -1 batches: 0",
         "1 producer",
     ]
 

@@ -8,7 +8,10 @@ files into a SimFileSystem and damage them in every way a crash or a disk can.
 from __future__ import annotations
 
 import copy
+import struct
+from dataclasses import astuple
 
+import crc32c
 import pytest
 
 from onceflow.clock import ManualClock
@@ -19,6 +22,7 @@ from onceflow.records.control import ControlType, build_control_batch
 from onceflow.storage.fs import SimFileSystem
 from onceflow.storage.partition_log import AppendResult, LogConfig, PartitionLog
 from onceflow.storage.producer_state import (
+    NO_MARKER,
     NO_TXN,
     SNAPSHOT_VERSION,
     BatchMetadata,
@@ -162,6 +166,34 @@ def test_a_retry_of_the_sixth_newest_batch_is_out_of_order() -> None:
     assert send(plog, sent[1]).duplicate
 
 
+def test_a_batch_of_an_ended_transaction_is_never_a_duplicate() -> None:
+    """The copier chaos test lost a committed transaction this way: librdkafka purged
+    records at an abort whose lost responses hid that they were written, and gave their
+    sequences to the next transaction at the same epoch. Matched as a retry, that
+    transaction's batch was acknowledged without being written and its commit lost it."""
+    for commit in (False, True):
+        plog = open_log()
+        send(plog, batch(0, 2, txn=True))
+        retry_within = batch(2, 3, txn=True)
+        first = send(plog, retry_within)
+        assert send(plog, retry_within).duplicate  # a retry in its own transaction
+        plog.append_marker(PID, 0, coordinator_epoch=0, commit=commit)
+        end = plog.log_end_offset
+        # The same sequences in the next transaction: new records, not that batch again.
+        assert rejected(plog, batch(2, 3, txn=True)) == ErrorCode.out_of_order_sequence_number
+        assert plog.log_end_offset == end
+        # Sequences go on across the marker (transaction version 1 keeps the epoch).
+        carry_on = send(plog, batch(5, 2, txn=True))
+        assert not carry_on.duplicate and carry_on.first_offset == end
+        assert send(plog, batch(5, 2, txn=True)).duplicate
+        assert first.first_offset == 2
+        # Recovery from the log alone rebuilds the same rule.
+        assert full_replay(plog) == plog.producer_state.producers
+        rebuilt = full_replay(plog)[PID]
+        assert rebuilt.last_marker_offset == end - 1
+        assert rebuilt.find_duplicate(parse_header(batch(2, 3, txn=True))) is None
+
+
 def test_a_gap_is_out_of_order() -> None:
     plog = open_log()
     send(plog, batch(0, 2))
@@ -300,7 +332,7 @@ def sample_state() -> dict[int, ProducerEntry]:
         busy.batches.append(
             BatchMetadata((MAX_SEQ - 3 + i) % (1 << 31), i, 1_000 + i, i % 3, -5 + i)
         )
-    one = ProducerEntry(0, 1, last_timestamp=1 << 60)
+    one = ProducerEntry(0, 1, last_timestamp=1 << 60, last_marker_offset=(1 << 62) + 3)
     one.batches.append(BatchMetadata(0, 0, 0, 0, 1 << 60))
     return {e.producer_id: e for e in (idle, busy, one)}
 
@@ -311,6 +343,30 @@ def test_snapshot_encoding_round_trips() -> None:
     assert decode(encode({})) == {}
     restored = decode(encode(state))[1 << 40]
     assert restored.batches.maxlen == 5
+
+
+def test_a_version_1_snapshot_is_read_without_markers() -> None:
+    """Written before markers were remembered: the same producers, none with a marker."""
+    state = sample_state()
+    body = [struct.pack(">i", len(state))]
+    for entry in sorted(state.values(), key=lambda e: e.producer_id):
+        body.append(
+            struct.pack(
+                ">qhiqqb",
+                entry.producer_id,
+                entry.epoch,
+                entry.coordinator_epoch,
+                entry.last_timestamp,
+                entry.txn_first_offset,
+                len(entry.batches),
+            )
+        )
+        body.extend(struct.pack(">iiqiq", *astuple(b)) for b in entry.batches)
+    raw = b"".join(body)
+    loaded = decode(struct.pack(">hI", 1, crc32c.crc32c(raw)) + raw)
+    for entry in state.values():
+        entry.last_marker_offset = NO_MARKER
+    assert loaded == state
 
 
 def test_take_and_load_snapshot() -> None:

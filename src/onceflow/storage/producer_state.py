@@ -6,7 +6,11 @@ produced batch with a producer id is validated against it before it is appended:
 
 - an older epoch is fenced (INVALID_PRODUCER_EPOCH);
 - a batch equal to one of the last five is a retry: the client gets the offsets it got the
-  first time and nothing is appended;
+  first time and nothing is appended. Only batches of the producer's current transaction
+  count: one written before its last COMMIT or ABORT marker here belongs to a transaction
+  that has ended, so the same sequences again are new records of a later transaction, not
+  a retry, and are refused as out of order (Kafka answers them as duplicates and drops them:
+  see `ProducerEntry.find_duplicate`);
 - within an epoch, sequences must follow on (OUT_OF_ORDER_SEQUENCE_NUMBER otherwise), and a
   new epoch starts at sequence 0;
 - an unknown producer with a sequence above 0 had its state removed (UNKNOWN_PRODUCER_ID).
@@ -42,12 +46,14 @@ SEQUENCE_MODULUS = 1 << 31
 # Snapshot layout (big-endian), all covered by the CRC-32C after the version:
 #   version i16 | crc u32 | producer count i32 | producers...
 #   producer: id i64, epoch i16, coordinator epoch i32, last timestamp i64,
-#             txn first offset i64 (-1: none), batch count i8, batches...
+#             txn first offset i64 (-1: none), last marker offset i64 (-1: none; not in
+#             version 1), batch count i8, batches...
 #   batch: first seq i32, last seq i32, last offset i64, offset delta i32, timestamp i64
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 _PREFIX = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
-_PRODUCER = struct.Struct(">qhiqqb")
+_PRODUCER = {1: struct.Struct(">qhiqqb"), 2: struct.Struct(">qhiqqqb")}
+NO_MARKER = -1
 _BATCH = struct.Struct(">iiqiq")
 
 
@@ -74,16 +80,28 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     last_timestamp: int = -1
     txn_first_offset: int = NO_TXN
+    last_marker_offset: int = NO_MARKER  # this producer's newest COMMIT/ABORT marker here
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The remembered batch `header` retries, if any. Batches before the producer's last
+        marker are left out: a client never retries a batch once its transaction has ended,
+        but librdkafka (2.16) hands the sequences of records it purged at an abort to the
+        next transaction, even when a lost response hid that the broker had written them.
+        Matching those would acknowledge the new transaction's records without writing
+        them, and its commit would lose them; refused as out of order instead, they fail
+        the transaction, which the client aborts with an epoch bump and retries."""
         if header.producer_epoch != self.epoch:
             return None
         for batch in self.batches:
-            if batch.first_seq == header.base_sequence and batch.last_seq == header.last_sequence:
+            if (
+                batch.first_seq == header.base_sequence
+                and batch.last_seq == header.last_sequence
+                and batch.last_offset > self.last_marker_offset
+            ):
                 return batch
         return None
 
@@ -95,6 +113,7 @@ class ProducerEntry:
             self.coordinator_epoch,
             self.last_timestamp,
             self.txn_first_offset,
+            self.last_marker_offset,
         )
 
 
@@ -237,6 +256,7 @@ class AppendPlan:
                 header.producer_id, updated.txn_first_offset, header.base_offset, aborted
             )
         updated.txn_first_offset = NO_TXN
+        updated.last_marker_offset = header.base_offset
         updated.coordinator_epoch = coordinator_epoch
         updated.last_timestamp = header.max_timestamp
         self.updated[header.producer_id] = updated
@@ -395,12 +415,13 @@ def encode(producers: dict[int, ProducerEntry]) -> bytes:
     parts = [_COUNT.pack(len(producers))]
     for entry in sorted(producers.values(), key=lambda e: e.producer_id):
         parts.append(
-            _PRODUCER.pack(
+            _PRODUCER[SNAPSHOT_VERSION].pack(
                 entry.producer_id,
                 entry.epoch,
                 entry.coordinator_epoch,
                 entry.last_timestamp,
                 entry.txn_first_offset,
+                entry.last_marker_offset,
                 len(entry.batches),
             )
         )
@@ -413,11 +434,15 @@ def encode(producers: dict[int, ProducerEntry]) -> bytes:
 
 
 def decode(data: bytes) -> dict[int, ProducerEntry]:
-    """Parse a snapshot; raise ValueError for anything but a whole, intact one."""
+    """Parse a snapshot; raise ValueError for anything but a whole, intact one.
+
+    Version 1 (before markers were remembered) is still read: its producers have no last
+    marker, so their batches count as retries as before until their next marker."""
     if len(data) < _PREFIX.size + _COUNT.size:
         raise ValueError("truncated")
     version, crc = _PREFIX.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
+    layout = _PRODUCER.get(version)
+    if layout is None:
         raise ValueError(f"unknown version {version}")
     body = memoryview(data)[_PREFIX.size :]
     if _crc32c.crc32c(body) != crc:
@@ -427,10 +452,14 @@ def decode(data: bytes) -> dict[int, ProducerEntry]:
         pos = _COUNT.size
         producers: dict[int, ProducerEntry] = {}
         for _ in range(count):
-            pid, epoch, coord_epoch, last_ts, txn_first, nbatches = _PRODUCER.unpack_from(body, pos)
-            pos += _PRODUCER.size
+            fields = layout.unpack_from(body, pos)
+            pos += layout.size
+            pid, epoch, coord_epoch, last_ts, txn_first = fields[:5]
+            nbatches = fields[-1]
             entry = ProducerEntry(pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=last_ts)
             entry.txn_first_offset = txn_first
+            if version >= 2:
+                entry.last_marker_offset = fields[5]
             for _ in range(nbatches):
                 entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                 pos += _BATCH.size

@@ -21,7 +21,8 @@ def _producer_lines(entry: ProducerEntry) -> list[str]:
     lines = [
         f"producerId: {entry.producer_id} producerEpoch: {entry.epoch} "
         f"coordinatorEpoch: {entry.coordinator_epoch} lastTimestamp: {entry.last_timestamp} "
-        f"currentTxnFirstOffset: {entry.txn_first_offset} batches: {len(entry.batches)}\n"
+        f"currentTxnFirstOffset: {entry.txn_first_offset} "
+        f"lastMarkerOffset: {entry.last_marker_offset} batches: {len(entry.batches)}\n"
     ]
     lines.extend(
         f"| firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
