@@ -493,11 +493,11 @@ def test_metadata_authorized_operations(tmp_path: Path) -> None:
 # ---- Topic administration, configs, log dirs, cluster --------------------------------------
 
 
-def create_topics_fields(*names: str) -> dict[str, Any]:
+def create_topics_fields(*names: str, version: int = 4) -> dict[str, Any]:
     topics = tuple(
         nested(
             ApiKey.CREATE_TOPICS,
-            4,
+            version,
             "CreatableTopic",
             name=n,
             num_partitions=1,
@@ -522,10 +522,52 @@ def test_create_topics_needs_create_on_the_cluster_or_the_topic(tmp_path: Path) 
             (OPEN, TOPIC_DENIED),  # not TOPIC_ALREADY_EXISTS
         ]
         assert h.broker.topic_partition_count("theirs") is None
-        assert h.acl.quiet == [cluster(Op.CREATE)]
+        assert h.acl.quiet[0] == cluster(Op.CREATE)
+        # Then, as quietly, who may see each topic's configs (v5+ answers them).
+        assert sorted(h.acl.quiet[1:]) == sorted(
+            topic(Op.DESCRIBE_CONFIGS, n) for n in ("mine", "theirs", OPEN)
+        )
         h.acl.grant(cluster(Op.CREATE))
         response = await h.call(ApiKey.CREATE_TOPICS, 4, **create_topics_fields("theirs"))
         assert response.topics[0].error_code == ErrorCode.none
+
+    run(tmp_path, body)
+
+
+def test_create_topics_answers_configs_only_to_who_may_describe_them(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.acl.grant(cluster(Op.CREATE), topic(Op.DESCRIBE_CONFIGS, "shown"))
+        response = await h.call(
+            ApiKey.CREATE_TOPICS, 7, **create_topics_fields("shown", "hidden", version=7)
+        )
+        shown, hidden = response.topics
+        assert (shown.error_code, shown.topic_config_error_code) == (0, 0)
+        assert (shown.num_partitions, shown.replication_factor) == (1, 1)
+        assert shown.configs
+        # Created all the same, its configs withheld, as Kafka's controller answers it.
+        assert (hidden.error_code, hidden.topic_config_error_code) == (0, TOPIC_DENIED)
+        assert (hidden.num_partitions, hidden.replication_factor, hidden.configs) == (-1, -1, ())
+        assert hidden.topic_id == h.broker.topic_id("hidden")
+
+    run(tmp_path, body)
+
+
+def test_delete_topics_by_id_names_a_refused_topic_only_to_who_may_describe_it(
+    tmp_path: Path,
+) -> None:
+    async def body(h: Harness) -> None:
+        await h.broker.create_topic("described", 1)
+        h.acl.grant(topic(Op.DESCRIBE, "described"))
+        ids = [h.broker.topic_id(n) for n in (SECRET, "described")]
+        states = tuple(
+            nested(ApiKey.DELETE_TOPICS, 6, "DeleteTopicState", name=None, topic_id=i) for i in ids
+        )
+        response = await h.call(ApiKey.DELETE_TOPICS, 6, topics=states, timeout=30 * SECONDS)
+        assert [(t.name, t.topic_id, t.error_code) for t in response.responses] == [
+            (None, ids[0], TOPIC_DENIED),  # the id reveals no name
+            ("described", ids[1], TOPIC_DENIED),
+        ]
+        assert h.broker.topic_partition_count(SECRET) == 1
 
     run(tmp_path, body)
 

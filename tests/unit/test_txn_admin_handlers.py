@@ -273,7 +273,7 @@ def test_describe_transactions_after_commit_and_when_dead(tmp_path: Path) -> Non
 # ---- ListTransactions ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.parametrize("version", [0, 1, 2])
 def test_list_transactions_filters(tmp_path: Path, version: int) -> None:
     async def body(h: Harness) -> None:
         pid_a, _ = await h.open_txn("a", 0)
@@ -336,6 +336,56 @@ def test_list_transactions_duration_filter_counts_running_transactions_only(
         assert await longer_than(0) == ["old", "young"]  # "idle" runs nothing
         assert await longer_than(5 * MINUTE_MS) == ["old"]
         assert await longer_than(11 * MINUTE_MS) == []  # 11 min exactly is not longer
+
+    run(tmp_path, body)
+
+
+def test_list_transactions_pattern_filter_matches_whole_ids_with_the_other_filters(
+    tmp_path: Path,
+) -> None:
+    async def body(h: Harness) -> None:
+        pid, _ = await h.open_txn("orders-1", 0)
+        await h.open_txn("orders-2", 1)
+        await h.broker.txn_coordinator.init_producer_id("orders-idle", 60_000)
+        await h.broker.txn_coordinator.init_producer_id("payments-1", 60_000)
+
+        async def listed(pattern: str | None, **filters: Any) -> list[str]:
+            response = await h.call(
+                ApiKey.LIST_TRANSACTIONS,
+                2,
+                state_filters=filters.get("states", ()),
+                producer_id_filters=filters.get("pids", ()),
+                transactional_id_pattern=pattern,
+            )
+            assert response.error_code == ErrorCode.none
+            return [t.transactional_id for t in response.transaction_states]
+
+        everything = ["orders-1", "orders-2", "orders-idle", "payments-1"]
+        assert await listed(None) == everything
+        assert await listed("") == everything  # empty: no filter
+        assert await listed("orders-.*") == ["orders-1", "orders-2", "orders-idle"]
+        assert await listed("orders-\\d") == ["orders-1", "orders-2"]
+        assert await listed("orders") == []  # the whole id must match, as Java's matches()
+        assert await listed(".*-1") == ["orders-1", "payments-1"]
+        assert await listed("orders-.*", states=("Empty",)) == ["orders-idle"]
+        assert await listed(".*-1", pids=(pid,)) == ["orders-1"]
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize("pattern", ["(unclosed", "(a)\\1", "(?=a)a", "a{1001}"])
+def test_list_transactions_refuses_a_pattern_re2_refuses(tmp_path: Path, pattern: str) -> None:
+    async def body(h: Harness) -> None:
+        await h.open_txn("orders-1", 0)
+        response = await h.call(
+            ApiKey.LIST_TRANSACTIONS,
+            2,
+            state_filters=(),
+            producer_id_filters=(),
+            transactional_id_pattern=pattern,
+        )
+        assert response.error_code == ErrorCode.invalid_regular_expression
+        assert response.transaction_states == ()
 
     run(tmp_path, body)
 

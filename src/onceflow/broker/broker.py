@@ -24,7 +24,12 @@ from onceflow.broker.dynamic_config import (
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
-from onceflow.broker.topics import INTERNAL_TOPICS, partition_count_message, validate_topic_name
+from onceflow.broker.topics import (
+    INTERNAL_TOPICS,
+    CreatedTopic,
+    partition_count_message,
+    validate_topic_name,
+)
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
@@ -521,7 +526,7 @@ class Broker:
         configs: Mapping[str, str] | None = None,
         replication_factor: int = -1,
         assignment: dict[int, list[int]] | None = None,
-    ) -> None:
+    ) -> CreatedTopic:
         validate_topic_name(name)
         if partitions <= 0 and assignment is None:
             raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
@@ -531,8 +536,9 @@ class Broker:
             else replication_factor
         )
         if self.cluster is not None:
-            await self.cluster.create_topic(name, partitions, rf, configs or {}, assignment)
-            return
+            meta = await self.cluster.create_topic(name, partitions, rf, configs or {}, assignment)
+            factor = len(next(iter(meta.assignment.values())))
+            return CreatedTopic(uuid.UUID(meta.topic_id), meta.partitions, factor)
         if rf != 1 or (
             assignment is not None and any(r != [self.node_id] for r in assignment.values())
         ):
@@ -540,7 +546,9 @@ class Broker:
                 ErrorCode.invalid_replication_factor,
                 f"replication factor {rf} is larger than the 1 available broker",
             )
-        self.logs.create_topic(name, partitions if assignment is None else len(assignment), configs)
+        count = partitions if assignment is None else len(assignment)
+        info = self.logs.create_topic(name, count, configs)
+        return CreatedTopic(uuid.UUID(info.topic_id), count, 1)
 
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None, validate_only: bool

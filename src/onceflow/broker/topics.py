@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import re
+import uuid
+from typing import NamedTuple
 
 from onceflow.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class CreatedTopic(NamedTuple):
+    """What CreateTopics v5+ tells of a topic it created (or would create, validate-only)."""
+
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int
 
 
 def validate_topic_name(name: str) -> None:

@@ -120,10 +120,7 @@ GAPS: dict[int, str] = {
         "with transaction version 2 (KIP-890 part 2), v13 topic ids"
     ),
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
-    19: _NOT_YET,
-    20: _NOT_YET,
     22: _NOT_YET,
-    23: _NOT_YET,
     24: _NOT_YET,
     25: _NOT_YET,
     26: _NOT_YET,
@@ -132,7 +129,6 @@ GAPS: dict[int, str] = {
         "a superset: Onceflow's brokers send v1"
     ),
     28: _NOT_YET,
-    32: _NOT_YET,
     34: "not implemented: replicas do not move between a broker's log dirs",
     38: _DELEGATION_TOKENS,
     39: _DELEGATION_TOKENS,
@@ -149,7 +145,6 @@ GAPS: dict[int, str] = {
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
-    66: _NOT_YET,
     68: "the KIP-848 consumer group protocol: not yet (issue 13)",
     69: "the KIP-848 consumer group protocol: not yet (issue 13)",
     74: "not implemented: listing config resources (client metrics are not supported)",

@@ -1,7 +1,7 @@
-"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs.
+"""CreateTopics, CreatePartitions and DescribeConfigs (DeleteTopics: topic_deletion.py).
 
 Authorization is Kafka's, checked per topic after a repeated name and before any other
-check: CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE,
+check: CreateTopics needs CREATE on the cluster or on the topic,
 CreatePartitions ALTER on the topic; DescribeConfigs needs DESCRIBE_CONFIGS on the topic,
 or on the cluster for a broker's configs.
 """
@@ -9,10 +9,12 @@ or on the cluster for a broker's configs.
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import TYPE_CHECKING, Any
 
-from onceflow.broker.handlers import authz
+from onceflow.broker.handlers import authz, topic_deletion
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.topics import CreatedTopic
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import (
     ConfigError,
@@ -31,46 +33,120 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 _TOPIC_DENIED = "Authorization failed."  # Kafka's words for CreateTopics
+ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic id
+_CONFIGS_VERSION = 5  # CreateTopics answers with the created topic's configs from v5
 
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     denied = authz.create_denied(ctx, (t.name for t in request.topics))
+    # v5+ answers a created topic's configs only to who may describe them (asked quietly,
+    # as Kafka does); others get TOPIC_AUTHORIZATION_FAILED in topic_config_error_code.
+    undescribable = authz.denied(
+        ctx,
+        AclOperation.DESCRIBE_CONFIGS,
+        ResourceType.TOPIC,
+        (t.name for t in request.topics),
+        quiet=True,
+    )
     results = []
     seen: set[str] = set()
     for topic in request.topics:
-        error, message = ErrorCode.none, None
         try:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{topic.name}' given twice")
             seen.add(topic.name)
             if topic.name in denied:
                 raise KafkaError(ErrorCode.topic_authorization_failed, _TOPIC_DENIED)
-            assignment = _explicit_assignment(broker, topic)
-            partitions = (
-                broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-            )
-            if any(c.value is None for c in topic.configs):
-                raise KafkaError(ErrorCode.invalid_config, "null config values are not allowed")
-            configs: dict[str, str] = {c.name: c.value for c in topic.configs}
-            broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
-            if broker.topic_partition_count(topic.name) is not None:
-                raise KafkaError(
-                    ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists"
-                )
-            replicas = topic.replication_factor
-            if request.validate_only:
-                _validate_replication(broker, partitions, replicas, assignment)
-            else:
-                await broker.create_topic(topic.name, partitions, configs, replicas, assignment)
+            configs, created = await _create_topic(broker, topic, bool(request.validate_only))
         except KafkaError as exc:
-            error, message = exc.code, exc.message
-        results.append(
-            ctx.entity(
-                "CreatableTopicResult", name=topic.name, error_code=error, error_message=message
+            results.append(
+                ctx.entity(
+                    "CreatableTopicResult",
+                    name=topic.name,
+                    topic_id=ZERO_UUID,
+                    error_code=exc.code,
+                    error_message=exc.message,
+                    configs=(),
+                )
             )
-        )
+            continue
+        results.append(_created_result(ctx, topic.name, configs, created, undescribable))
     return ctx.response(throttle_time=datetime.timedelta(0), topics=tuple(results))
+
+
+async def _create_topic(
+    broker: Broker, topic: Any, validate_only: bool
+) -> tuple[dict[str, str], CreatedTopic]:
+    """Checks in Kafka's order, then creates the topic unless `validate_only`."""
+    assignment = _explicit_assignment(broker, topic)
+    partitions = (
+        broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    )
+    if any(c.value is None for c in topic.configs):
+        raise KafkaError(ErrorCode.invalid_config, "null config values are not allowed")
+    configs: dict[str, str] = {c.name: c.value for c in topic.configs}
+    broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
+    if broker.topic_partition_count(topic.name) is not None:
+        raise KafkaError(ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists")
+    replicas = topic.replication_factor
+    if not validate_only:
+        created = await broker.create_topic(topic.name, partitions, configs, replicas, assignment)
+        return configs, created
+    _validate_replication(broker, partitions, replicas, assignment)
+    if assignment is not None:
+        partitions, replicas = len(assignment), len(assignment[0])
+    elif replicas == -1:
+        replicas = broker.config.default_replication_factor
+    # Kafka answers a validate-only creation with a fresh id that is never stored.
+    return configs, CreatedTopic(uuid.uuid4(), partitions, replicas)
+
+
+def _created_result(
+    ctx: RequestContext,
+    name: str,
+    configs: dict[str, str],
+    created: CreatedTopic,
+    undescribable: frozenset[str],
+) -> Any:
+    """A created topic's result: v5+ adds its effective configs, partition count and
+    replication factor, as DescribeConfigs would list them (sensitive values hidden)."""
+    if name in undescribable:
+        return ctx.entity(
+            "CreatableTopicResult",
+            name=name,
+            topic_id=created.topic_id,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topic_config_error_code=ErrorCode.topic_authorization_failed,
+            configs=(),
+        )
+    broker = ctx.broker
+    entries = []
+    if ctx.api_version >= _CONFIGS_VERSION:
+        entries = describe_topic_config(
+            broker.config.topic_config(configs), configs, broker=broker.config
+        )
+    return ctx.entity(
+        "CreatableTopicResult",
+        name=name,
+        topic_id=created.topic_id,
+        error_code=ErrorCode.none,
+        error_message=None,
+        num_partitions=created.partitions,
+        replication_factor=created.replication_factor,
+        configs=tuple(
+            ctx.entity(
+                "CreatableTopicConfigs",
+                name=e.name,
+                value=None if e.is_sensitive else e.value,
+                read_only=e.read_only,
+                config_source=int(e.source),
+                is_sensitive=e.is_sensitive,
+            )
+            for e in entries
+        ),
+    )
 
 
 def _explicit_assignment(broker: Broker, topic: Any) -> dict[int, list[int]] | None:
@@ -152,25 +228,6 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             )
         )
     return ctx.response(throttle_time=datetime.timedelta(0), results=tuple(results))
-
-
-async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
-    denied: frozenset[str] = frozenset()
-    if ctx.broker.config.delete_topic_enable:  # else every topic answers that first
-        denied = authz.denied(ctx, AclOperation.DELETE, ResourceType.TOPIC, request.topic_names)
-    results = []
-    for name in request.topic_names:
-        error = ErrorCode.none
-        try:
-            if not ctx.broker.config.delete_topic_enable:
-                raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable=false")
-            if name in denied:
-                raise KafkaError(ErrorCode.topic_authorization_failed)
-            await ctx.broker.delete_topic(name)
-        except KafkaError as exc:
-            error = exc.code
-        results.append(ctx.entity("DeletableTopicResult", name=name, error_code=error))
-    return ctx.response(throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
@@ -264,7 +321,7 @@ def _authorize_describe_configs(ctx: RequestContext, resource: Any) -> None:
 
 HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
-    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DELETE_TOPICS: topic_deletion.handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
 }

@@ -17,16 +17,20 @@ principal cannot abort someone else's transaction.
 from __future__ import annotations
 
 import datetime
+import logging
 from collections import defaultdict
 from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.id_pattern import IdPattern, PatternError
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import PartitionLog
+
+log = logging.getLogger(__name__)
 
 #: How long a WriteTxnMarkers answer waits for its markers to be replicated.
 MARKER_TIMEOUT_MS = 30_000
@@ -152,8 +156,10 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
-    """Every transactional id this coordinator knows, filtered by state name, producer id
-    and (v1, KIP-994) by running longer than a duration.
+    """Every transactional id this coordinator knows, filtered by state name, producer id,
+    (v1, KIP-994) by running longer than a duration and (v2, KIP-1152) by a regular
+    expression the whole id matches, RE2's syntax in linear time (id_pattern.py); a pattern
+    RE2 refuses answers INVALID_REGULAR_EXPRESSION.
 
     A state name Kafka does not know is echoed back in unknown_state_filters and filters
     nothing. Unlike Kafka, the duration filter keeps only transactions that are running:
@@ -170,6 +176,19 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             wanted_states.add(state)
     wanted_ids = set(request.producer_id_filters)
     duration_ms = int(getattr(request, "duration_filter", -1))
+    pattern_text = getattr(request, "transactional_id_pattern", None)
+    pattern = None
+    if pattern_text:  # null or empty: no filter
+        try:
+            pattern = IdPattern(pattern_text)
+        except PatternError as exc:
+            log.debug("ListTransactions pattern %r refused: %s", pattern_text, exc)
+            return ctx.response(
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.invalid_regular_expression,
+                unknown_state_filters=(),
+                transaction_states=(),
+            )
     now = ctx.broker.clock.now_ms()
     listed = []
     for txn_id, meta in sorted(ctx.broker.txn_coordinator.txns.items()):
@@ -184,6 +203,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             or meta.start_ms < 0
             or now - meta.start_ms <= duration_ms
         ):
+            continue
+        if pattern is not None and not pattern.matches(txn_id):
             continue
         if not ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
             continue

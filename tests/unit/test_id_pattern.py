@@ -1,0 +1,103 @@
+"""ListTransactions' transactional-id patterns (KIP-1152): RE2's syntax and whole-id
+matching, in linear time whatever the pattern."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from onceflow.broker.id_pattern import MAX_PROGRAM, IdPattern, PatternError
+
+PATTERNS = [
+    "",
+    "a*",
+    "tx-.*",
+    "(a|b)*c",
+    "[^a-c]+",
+    "\\d{2,3}x",
+    "(?i)TX-\\w+",
+    "a?b?",
+    "(ab|a)(bc|c)?",
+    "^a.c$",
+    "(a*)*b",
+    "x{0,2}y",
+    "x{2,}y",
+    "a\\b-b",
+    "a\\Bb",
+    "[a-c\\d]{1,}",
+    "(?s)a.b",
+    "a.b",
+    "(?m)a$\\nb",
+    "(?:a|)+",
+    "a+?b",
+    "(?i:a)B",
+    "[\\s_]x",
+]
+TEXTS = [
+    "",
+    "a",
+    "aa",
+    "ab",
+    "abc",
+    "tx-1",
+    "TX-abc",
+    "tx-ab c",
+    "c",
+    "acbc",
+    "12x",
+    "123x",
+    "1234x",
+    "y",
+    "xy",
+    "xxy",
+    "xxxy",
+    "a-b",
+    "a\nb",
+    "d",
+    "aaab",
+    "a b",
+    "AB",
+    "aB",
+    " x",
+    "_x",
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_matches_as_a_whole_match_of_the_same_pattern(pattern: str) -> None:
+    compiled = IdPattern(pattern)
+    reference = re.compile(pattern, re.ASCII)
+    for text in TEXTS:
+        assert compiled.matches(text) == bool(reference.fullmatch(text)), (pattern, text)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(unclosed",
+        "(a)\\1",  # backreference
+        "(?P<x>a)(?P=x)",
+        "(?=a)a",  # lookahead
+        "(?<!a)b",  # lookbehind
+        "(?>a)",  # atomic group
+        "a*+",  # possessive
+        "(a)?(?(1)b|c)",  # conditional
+        "a{1001}",
+        "a{2,1001}",
+        f"(x{{1000}}){{{MAX_PROGRAM // 1000 + 1}}}",  # a program too large
+        "(" * 5000 + ")" * 5000,
+    ],
+)
+def test_what_re2_refuses_is_refused(pattern: str) -> None:
+    with pytest.raises(PatternError):
+        IdPattern(pattern)
+
+
+def test_a_pattern_that_makes_backtracking_exponential_is_answered() -> None:
+    """With a backtracking matcher (Python's re) this takes longer than the universe's age;
+    a broker answering it would never answer anything else."""
+    pattern = IdPattern("(a+)+$")
+    assert not pattern.matches("a" * 200 + "b")
+    assert pattern.matches("a" * 200)
+    assert not IdPattern("(a|a)*c").matches("a" * 200)
