@@ -26,20 +26,12 @@ from onceflow.broker.server import KafkaConnection
 from onceflow.cli.main import main
 from onceflow.config import BrokerConfig, Listener
 from onceflow.errors import ErrorCode
-from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
 
 T = TypeVar("T")
 MINUTE_MS = 60_000
 HANGING_PID = 777_000
-# What the lead merges into SUPPORTED_VERSIONS; patched in here until then.
-ADMIN_VERSIONS = {
-    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
-    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
-    ApiKey.LIST_TRANSACTIONS: (0, 1),
-    txn_admin.WRITE_TXN_MARKERS: (1, 2),
-}
 
 
 def free_port() -> int:
@@ -157,14 +149,11 @@ class InProcessBroker:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    with pytest.MonkeyPatch.context() as patch:
-        for key, versions in ADMIN_VERSIONS.items():
-            patch.setitem(SUPPORTED_VERSIONS, key, versions)
-        b = InProcessBroker(tmp_path_factory.mktemp("txn-admin") / "data")
-        try:
-            yield b
-        finally:
-            b.close()
+    b = InProcessBroker(tmp_path_factory.mktemp("txn-admin") / "data")
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 _topics = iter(range(1_000_000))
@@ -328,6 +317,11 @@ def test_list_and_describe(broker: InProcessBroker, capsys: pytest.CaptureFixtur
         capsys, "list", "--bootstrap-server", broker.bootstrap, "--duration-filter", "3600000"
     )
     assert code == 0 and "shown-app" not in out
+    pattern = ["--transactional-id-pattern"]
+    code, out, _ = cli(capsys, "list", "--bootstrap-server", broker.bootstrap, *pattern, "shown-.*")
+    assert code == 0 and "shown-app" in out
+    code, out, _ = cli(capsys, "list", "--bootstrap-server", broker.bootstrap, *pattern, "shown")
+    assert code == 0 and "shown-app" not in out  # the whole id must match
 
     code, out, _ = cli(
         capsys,
@@ -397,6 +391,9 @@ def test_errors_are_one_line(broker: InProcessBroker, capsys: pytest.CaptureFixt
     assert err == "onceflow: error: topic nope: UNKNOWN_TOPIC_OR_PARTITION\n"
     code, _, err = cli(capsys, "list", *bootstrap, "--state", "Sleeping")
     assert code == 2 and "unknown transaction state Sleeping" in err
+    code, _, err = cli(capsys, "list", *bootstrap, "--transactional-id-pattern", "(a")
+    assert code == 2
+    assert "the broker refused the transactional id pattern '(a'" in err
 
 
 def test_usage_errors_exit_2(broker: InProcessBroker, capsys: pytest.CaptureFixture[str]) -> None:

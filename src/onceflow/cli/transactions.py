@@ -100,6 +100,12 @@ def register(commands: Any) -> None:
         metavar="MS",
         help="only transactions running longer than this (needs ListTransactions v1)",
     )
+    listing.add_argument(
+        "--transactional-id-pattern",
+        metavar="REGEX",
+        help="only transactional ids this regular expression (RE2 syntax) matches whole "
+        "(needs ListTransactions v2)",
+    )
     listing.set_defaults(func=run_list, command_parser=listing)
 
     describe = actions.add_parser(
@@ -198,19 +204,15 @@ def run_list(args: argparse.Namespace) -> int:
         rows = []
         for node in cluster.brokers():
             connection = cluster.node(node.node_id)
-            if (
-                args.duration_filter is not None
-                and connection.version_for(ApiKey.LIST_TRANSACTIONS) < 1
-            ):
-                raise CliError(
-                    f"the broker at {node.address} cannot filter by duration "
-                    "(ListTransactions v1, Kafka 3.8+)"
-                )
+            _check_filters_supported(
+                args, node.address, connection.version_for(ApiKey.LIST_TRANSACTIONS)
+            )
             response = list_transactions(
                 connection,
                 states=args.state,
                 producer_ids=args.producer_id,
                 duration_ms=-1 if args.duration_filter is None else args.duration_filter,
+                id_pattern=args.transactional_id_pattern,
             )
             rows += [
                 (t.transactional_id, node.node_id, t.producer_id, t.transaction_state)
@@ -220,18 +222,35 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_filters_supported(args: argparse.Namespace, address: str, version: int) -> None:
+    """A filter the broker's ListTransactions version lacks would be dropped silently."""
+    if args.duration_filter is not None and version < 1:
+        raise CliError(
+            f"the broker at {address} cannot filter by duration (ListTransactions v1, Kafka 3.8+)"
+        )
+    if args.transactional_id_pattern and version < 2:
+        raise CliError(
+            f"the broker at {address} cannot filter by transactional id "
+            "pattern (ListTransactions v2, Kafka 4.1+)"
+        )
+
+
 def list_transactions(
     connection: Connection,
     states: Sequence[str] = (),
     producer_ids: Sequence[int] = (),
     duration_ms: int = -1,
+    id_pattern: str | None = None,
 ) -> Any:
     response = connection.call(
         ApiKey.LIST_TRANSACTIONS,
         state_filters=tuple(states),
         producer_id_filters=tuple(producer_ids),
         duration_filter=duration_ms,
+        transactional_id_pattern=id_pattern,
     )
+    if response.error_code == ErrorCode.invalid_regular_expression:
+        raise UsageError(f"the broker refused the transactional id pattern {id_pattern!r}")
     if response.error_code != ErrorCode.none:
         raise KafkaApiError(
             response.error_code,
