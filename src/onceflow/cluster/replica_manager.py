@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -157,7 +158,7 @@ class ReplicaManager:
         except Exception:
             log.exception("cannot host %s-%d", topic, index)
             return None
-        partition = Partition(plog, self.local_id, self.clock)
+        partition = Partition(plog, self.local_id, self.clock, _topic_id(meta.topic_id))
         self.partitions[(topic, index)] = partition
         return partition
 
@@ -310,3 +311,12 @@ class ReplicaManager:
 
     def leader_logs(self) -> list[PartitionLog]:
         return [p.log for p in self.partitions.values() if p.role is Role.LEADER]
+
+
+def _topic_id(text: str) -> uuid.UUID | None:
+    """A topic's id as ZooKeeper holds it; None for a topic written without one (a
+    replica of it fetches by name)."""
+    try:
+        return uuid.UUID(text) if text else None
+    except ValueError:
+        return None

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,10 +44,14 @@ from onceflow.storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 11
+# Fetch by topic id (v13+) with the follower in ReplicaState (v15+) and its log dir id
+# (v17, unused: one log dir). A topic with no id on record is fetched by name (v12).
+FETCH_VERSION = 17
+FETCH_BY_NAME_VERSION = 12
 EPOCH_VERSION = 3
 LIST_OFFSETS_VERSION = 1
 EARLIEST_TIMESTAMP = -2
+STOP_RETRY_S = 0.1
 UNDEFINED = -1
 
 
@@ -118,10 +123,15 @@ class ReplicaFetcher:
         self.partitions.pop(key, None)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            # Python 3.11's wait_for drops a cancellation that arrives as the request it
+            # waits for completes (the loop would then go on fetching): cancel until done.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=STOP_RETRY_S)
+            if not task.cancelled():
+                task.exception()  # retrieved: an ended loop's error was logged already
         self._conn.close()
 
     # ---- the loop --------------------------------------------------------------------
@@ -272,36 +282,8 @@ class ReplicaFetcher:
                 self.host.appended(plog)
                 with contextlib.suppress(LogOffline):
                     await self.host.durable(plog, plog.log_end_offset - 1)
-        module = load_payload_module(ApiKey.FETCH, FETCH_VERSION, EntityType.request)
-        topics: dict[str, list[Any]] = {}
-        for (topic, index), followed in ready.items():
-            plog = followed.partition.log
-            topics.setdefault(topic, []).append(
-                build(
-                    module.FetchPartition,
-                    partition=index,
-                    current_leader_epoch=followed.leader_epoch,
-                    fetch_offset=plog.log_end_offset,
-                    log_start_offset=plog.log_start_offset,
-                    partition_max_bytes=self.settings.partition_max_bytes,
-                )
-            )
-        request = build(
-            request_type(ApiKey.FETCH, FETCH_VERSION),
-            replica_id=self.local_id,
-            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
-            min_bytes=1,
-            max_bytes=self.settings.max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(
-                build(module.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
-        response = await self._conn.request(ApiKey.FETCH, FETCH_VERSION, request)
+        version, names, request = self._fetch_request(ready)
+        response = await self._conn.request(ApiKey.FETCH, version, request)
         if response.error_code != ErrorCode.none:
             log.info(
                 "leader %d refused a fetch: %s", self.leader_id, ErrorCode(response.error_code).name
@@ -310,8 +292,9 @@ class ReplicaFetcher:
         progressed = False
         durable: list[Awaitable[None]] = []
         for topic_result in response.responses:
+            name = names.get(topic_result.topic_id) if version >= 13 else topic_result.topic
             for data in topic_result.partitions:
-                key = (topic_result.topic, data.partition_index)
+                key = (name or "", data.partition_index)
                 entry = ready.get(key)
                 if entry is None or not self._current(key, entry):
                     continue
@@ -329,6 +312,54 @@ class ReplicaFetcher:
                     plog.update_high_watermark(min(followed.leader_hw, plog.log_end_offset))
                 self._follow_log_start(plog, followed.leader_start)
         return progressed or bool(ready)
+
+    def _fetch_request(
+        self, ready: dict[tuple[str, int], _Followed]
+    ) -> tuple[int, dict[uuid.UUID, str], Any]:
+        """One Fetch for every ready partition: its version, the names of the topic ids
+        asked for, and the request. The leader answers an id it does not know (a deleted
+        topic, whatever has its name now) with UNKNOWN_TOPIC_ID."""
+        ids = {key[0]: f.partition.topic_id for key, f in ready.items()}
+        by_id = all(i is not None for i in ids.values())
+        version = FETCH_VERSION if by_id else FETCH_BY_NAME_VERSION
+        module = load_payload_module(ApiKey.FETCH, version, EntityType.request)
+        topics: dict[str, list[Any]] = {}
+        for (topic, index), followed in ready.items():
+            plog = followed.partition.log
+            topics.setdefault(topic, []).append(
+                build(
+                    module.FetchPartition,
+                    partition=index,
+                    current_leader_epoch=followed.leader_epoch,
+                    fetch_offset=plog.log_end_offset,
+                    # No diverging-epoch answers (KIP-595): truncation is done beforehand,
+                    # by OffsetsForLeaderEpoch, at every new leader epoch.
+                    last_fetched_epoch=-1,
+                    log_start_offset=plog.log_start_offset,
+                    partition_max_bytes=self.settings.partition_max_bytes,
+                )
+            )
+        # v15+ (KIP-903) names the follower in ReplicaState; no broker epoch (-1) here.
+        state = build(module.ReplicaState, replica_id=self.local_id) if version >= 15 else None
+        request = build(
+            request_type(ApiKey.FETCH, version),
+            replica_id=self.local_id,
+            replica_state=state,
+            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
+            min_bytes=1,
+            max_bytes=self.settings.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                build(module.FetchTopic, topic=t, topic_id=ids[t], partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        names = {topic_id: name for name, topic_id in ids.items() if topic_id is not None}
+        return version, names, request
 
     @staticmethod
     def _follow_log_start(plog: PartitionLog, leader_start: int) -> None:

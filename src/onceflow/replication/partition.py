@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import uuid
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +52,13 @@ class ReplicaProgress:
 
 
 class Partition:
-    def __init__(self, log: PartitionLog, local_id: int, clock: Clock) -> None:
+    def __init__(
+        self, log: PartitionLog, local_id: int, clock: Clock, topic_id: uuid.UUID | None = None
+    ) -> None:
         self.log = log
+        #: The topic's id (KIP-516): a follower fetches by it, so it never copies a
+        #: recreated topic of the same name into this replica.
+        self.topic_id = topic_id
         self.local_id = local_id
         self.clock = clock
         self.role = Role.OFFLINE
