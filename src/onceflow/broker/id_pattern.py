@@ -9,7 +9,8 @@ length whatever the pattern.
 What RE2 refuses is refused (`PatternError`): backreferences, lookaround, atomic groups and
 possessive repeats, a repeat count above 1000; so is a program over `MAX_PROGRAM` steps.
 `\\d`, `\\w`, `\\s` and `\\b` are ASCII, as in RE2. A pattern matches a whole id, as Java's
-`Matcher.matches()` does.
+`Matcher.matches()` does. Unlike RE2, Unicode classes (`\\p{L}`) are refused: Python's parser
+has none.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ _parser: Any = importlib.import_module("re._parser")
 _c: Any = importlib.import_module("re._constants")
 
 MAX_REPEAT = 1000  # RE2's limit on {n,m}
-MAX_PROGRAM = 5000  # NFA steps; RE2 bounds its programs too
-_MAX_CACHED = 50_000  # DFA transitions kept before the cache starts over
+MAX_PROGRAM = 2000  # NFA steps: what each character may cost; RE2 bounds its programs too
+# The lazy DFA's cache starts over past this many NFA steps held in its state sets, so a
+# pattern whose sets are large and many stays within tens of megabytes.
+_MAX_CACHED_STEPS = 1_000_000
 
 _IGNORECASE = 2
 _MULTILINE = 8
@@ -76,6 +79,7 @@ class IdPattern:
             raise PatternError("the pattern nests too deeply") from exc
         self._closures: dict[tuple[frozenset[int], Context], frozenset[int]] = {}
         self._moves: dict[tuple[frozenset[int], str, Context], frozenset[int]] = {}
+        self._cached_steps = 0
 
     def matches(self, text: str) -> bool:
         states = self._closure(frozenset((self._start,)), _context(text, 0))
@@ -97,10 +101,17 @@ class IdPattern:
                 if self._program[s][0] == _CHAR and self._program[s][1](ch)
             )
             found = self._closure(stepped, after)
-            if len(self._moves) >= _MAX_CACHED:
-                self._moves.clear()
+            self._remember()
             self._moves[key] = found
         return found
+
+    def _remember(self) -> None:
+        """Room for one more cached state set: start over when the cache holds too much."""
+        if self._cached_steps >= _MAX_CACHED_STEPS:
+            self._moves.clear()
+            self._closures.clear()
+            self._cached_steps = 0
+        self._cached_steps += len(self._program)  # a set holds at most every step
 
     def _closure(self, states: frozenset[int], where: Context) -> frozenset[int]:
         """The steps reachable without reading a character; only those that read one (and
@@ -126,8 +137,7 @@ class IdPattern:
             else:
                 kept.add(step)
         found = frozenset(kept)
-        if len(self._closures) >= _MAX_CACHED:
-            self._closures.clear()
+        self._remember()
         self._closures[key] = found
         return found
 
