@@ -158,7 +158,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     """Every transactional id this coordinator knows, filtered by state name, producer id,
     (v1, KIP-994) by running longer than a duration and (v2, KIP-1152) by a regular
-    expression the whole id matches, RE2's syntax in linear time (id_pattern.py); a pattern
+    expression the whole id matches, by RE2 in linear time (id_pattern.py); a pattern
     RE2 refuses answers INVALID_REGULAR_EXPRESSION.
 
     A state name Kafka does not know is echoed back in unknown_state_filters and filters
