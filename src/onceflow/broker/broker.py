@@ -39,6 +39,7 @@ from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
+from onceflow.protocol.txn_support import TxnSupport, verification_error
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.replication.partition import Partition, Role
 from onceflow.storage.cleaner import LogCleaner
@@ -61,13 +62,28 @@ TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
 CLUSTER_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
-_COORDINATOR_MOVING = frozenset(
+# Verification answers that older clients would not retry from Produce: Kafka hands them
+# over as the retriable NOT_ENOUGH_REPLICAS, which needs no metadata refresh (the last one
+# is Onceflow's: the coordinator's broker could not be reached).
+_RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset(
     {
         ErrorCode.not_coordinator,
         ErrorCode.coordinator_not_available,
         ErrorCode.coordinator_load_in_progress,
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.not_leader_or_follower,
     }
 )
+
+
+def _client_code(code: ErrorCode, support: TxnSupport) -> ErrorCode:
+    """A verification refusal as the writing client is answered (Kafka's ReplicaManager)."""
+    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
+        return ErrorCode.not_enough_replicas
+    return verification_error(code, support)
+
+
 #: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
 INTERNAL_WRITE_TIMEOUT_MS = 5000
 
@@ -747,11 +763,13 @@ class Broker:
         topic: str,
         partition: int,
         verified: RemoteVerification | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> None:
         """KIP-890: a transactional write is appended only to a partition of its producer's
         ongoing transaction. Asked of the local coordinator at once; a remote one is asked
         by the caller (RemoteVerification raised here), which then calls again with its
-        answer, `verified`."""
+        answer, `verified`. A refusal is raised with the code the client's request version
+        (`support`) understands."""
         if not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
         coordinator = self.txn_coordinator
@@ -760,18 +778,14 @@ class Broker:
             and transactional_id is not None
             and coordinator.coordinator_error(transactional_id) is ErrorCode.not_coordinator
         ):
-            self._verify_remotely(transactional_id, header, topic, partition, verified)
+            self._verify_remotely(transactional_id, header, topic, partition, verified, support)
             return
         try:
             coordinator.verify(
                 transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
             )
         except KafkaError as exc:
-            if exc.code in _COORDINATOR_MOVING:
-                # As Kafka: a producer does not act on coordinator errors from Produce, so
-                # they reach it as the retriable NOT_ENOUGH_REPLICAS.
-                raise KafkaError(ErrorCode.not_enough_replicas, exc.message) from exc
-            raise
+            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
 
     def _verify_remotely(
         self,
@@ -780,6 +794,7 @@ class Broker:
         topic: str,
         partition: int,
         verified: RemoteVerification | None,
+        support: TxnSupport,
     ) -> None:
         plog = self.leader_log(topic, partition)
         entry = plog.producer_state.producers.get(header.producer_id)
@@ -806,10 +821,11 @@ class Broker:
                 f"{plog.name}: a transaction ended during verification; retry",
             )
         if verified.error is not ErrorCode.none:
-            code = verified.error
-            if code in _COORDINATOR_MOVING or code is ErrorCode.not_leader_or_follower:
-                code = ErrorCode.not_enough_replicas
-            raise KafkaError(code, f"{plog.name}: the transaction coordinator refused the write")
+            raise KafkaError(
+                _client_code(verified.error, support),
+                f"{plog.name}: the transaction coordinator refused the write "
+                f"({verified.error.name.lower()})",
+            )
 
     async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
         """Ask the transactional id's coordinator (another broker) whether the partition is
@@ -833,7 +849,12 @@ class Broker:
         return dataclasses.replace(need, error=error)
 
     async def append_internal(
-        self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
         """Append a batch the broker built itself; return once it is durable.
 
@@ -848,10 +869,14 @@ class Broker:
         headers = [b.header for b in scanned]
         if headers[0].is_transactional:
             try:
-                self.verify_transactional(transactional_id, headers[0], topic, partition)
+                self.verify_transactional(
+                    transactional_id, headers[0], topic, partition, support=support
+                )
             except RemoteVerification as need:
                 answer = await self.ask_coordinator(need)
-                self.verify_transactional(transactional_id, headers[0], topic, partition, answer)
+                self.verify_transactional(
+                    transactional_id, headers[0], topic, partition, answer, support
+                )
         self.check_replicas(plog, -1)
         result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
@@ -893,9 +918,15 @@ class _OffsetsTopicLog:
         self._broker = broker
 
     def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> Awaitable[int]:
-        return self._broker.append_internal(OFFSETS_TOPIC, partition, batch, transactional_id)
+        return self._broker.append_internal(
+            OFFSETS_TOPIC, partition, batch, transactional_id, support
+        )
 
     def read(self, partition: int) -> Iterable[LogEntry]:
         return self._broker.read_internal(OFFSETS_TOPIC, partition)

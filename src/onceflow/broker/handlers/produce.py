@@ -25,7 +25,8 @@ from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.broker.handlers.fetch import LEADER_MOVED, current_leader, node_endpoints
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
-from onceflow.protocol import codec
+from onceflow.protocol import codec, txn_support
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
 from onceflow.security.acl import AclOperation, ResourceType
@@ -47,6 +48,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return NO_RESPONSE if acks == 0 else _refused(ctx, request, error)
     denied = _denied_topics(ctx, request)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    support = txn_support.for_produce(ctx.api_version)
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
     topics: list[Any] = []
@@ -65,12 +67,18 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     raise KafkaError(ErrorCode.topic_authorization_failed)
                 try:
                     plog, result = _append(
-                        broker, request.transactional_id, topic_data.name, data, acks
+                        broker, request.transactional_id, topic_data.name, data, acks, support
                     )
                 except RemoteVerification as need:  # first write of a txn, coordinator elsewhere
                     answer = await broker.ask_coordinator(need)
                     plog, result = _append(
-                        broker, request.transactional_id, topic_data.name, data, acks, answer
+                        broker,
+                        request.transactional_id,
+                        topic_data.name,
+                        data,
+                        acks,
+                        support,
+                        answer,
                     )
                 base_offset, log_start = result.first_offset, result.log_start_offset
                 if result.log_append_time >= 0:
@@ -201,6 +209,7 @@ def _append(
     topic: str,
     data: Any,
     acks: int,
+    support: TxnSupport,
     verified: RemoteVerification | None = None,
 ) -> tuple[PartitionLog, AppendResult]:
     if acks not in (0, 1, -1):
@@ -224,7 +233,9 @@ def _append(
     if plog.config.cleanup_compact:
         require_keys(records, headers)
     if any(h.is_transactional for h in headers):
-        broker.verify_transactional(transactional_id, headers[0], topic, data.index, verified)
+        broker.verify_transactional(
+            transactional_id, headers[0], topic, data.index, verified, support
+        )
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
     broker.disk.admit_client_write()

@@ -455,8 +455,13 @@ class TransactionCoordinator:
         partition of that producer's ongoing transaction at that epoch. A produce that
         arrives after its transaction ended can therefore never open a new one.
 
-        An id not served here raises NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
-        its partition loads: retriable, unlike a transaction that is not ongoing."""
+        Raises with Kafka's verify-only codes (the broker maps them for the client's
+        version, protocol/txn_support.py): NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+        when the id is not served here; INVALID_PRODUCER_ID_MAPPING for another producer;
+        PRODUCER_FENCED for another epoch; CONCURRENT_TRANSACTIONS while the transaction
+        ends (Onceflow also counts an end whose log append is still in flight, which
+        Kafka leaves to its verification guard); TRANSACTION_ABORTABLE for a partition
+        outside the ongoing transaction."""
         status = self._status(transactional_id) if transactional_id else None
         if status is not None:
             raise KafkaError(
@@ -467,24 +472,26 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id) if transactional_id else None
         if meta is None or meta.producer_id != producer_id:
             raise KafkaError(
-                ErrorCode.invalid_txn_state,
+                ErrorCode.invalid_producer_id_mapping,
                 f"producer {producer_id} has no transaction for transactional id "
                 f"{transactional_id!r}",
             )
-        if producer_epoch < meta.producer_epoch:
+        if producer_epoch != meta.producer_epoch:
             raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"epoch {producer_epoch} is older than {meta.producer_epoch}",
+                ErrorCode.producer_fenced,
+                f"epoch {producer_epoch} is not the current {meta.producer_epoch}",
             )
-        if (
-            producer_epoch != meta.producer_epoch
-            or meta.state != TxnState.ONGOING
-            # Adding more partitions (Ongoing -> Ongoing) may be in flight; ending may not.
-            or meta.pending not in (None, TxnState.ONGOING)
-            or tp not in meta.partitions
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) or meta.pending in (
+            TxnState.PREPARE_COMMIT,
+            TxnState.PREPARE_ABORT,
         ):
             raise KafkaError(
-                ErrorCode.invalid_txn_state,
+                ErrorCode.concurrent_transactions,
+                f"the transaction of {transactional_id!r} is ending",
+            )
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+            raise KafkaError(
+                ErrorCode.transaction_abortable,
                 f"{tp[0]}-{tp[1]} is not part of an ongoing transaction of "
                 f"{transactional_id!r} at epoch {producer_epoch}",
             )
