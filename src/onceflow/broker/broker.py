@@ -769,19 +769,81 @@ class Broker:
         ongoing transaction. Asked of the local coordinator at once; a remote one is asked
         by the caller (RemoteVerification raised here), which then calls again with its
         answer, `verified`. A refusal is raised with the code the client's request version
-        (`support`) understands."""
+        (`support`) understands. A transaction version 2 write (`support` ADD_PARTITION)
+        adds its partition to the transaction the same way, whatever the switch says."""
+        if support is TxnSupport.ADD_PARTITION and transactional_id is not None:
+            self._add_by_write(transactional_id, header, topic, partition, verified, support)
+            return
         if not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
         coordinator = self.txn_coordinator
-        if (
-            self.cluster is not None
-            and transactional_id is not None
-            and coordinator.coordinator_error(transactional_id) is ErrorCode.not_coordinator
-        ):
+        if self._coordinator_elsewhere(transactional_id):
+            assert transactional_id is not None
             self._verify_remotely(transactional_id, header, topic, partition, verified, support)
             return
         try:
             coordinator.verify(
+                transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+            )
+        except KafkaError as exc:
+            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
+
+    def _coordinator_elsewhere(self, transactional_id: str | None) -> bool:
+        return (
+            self.cluster is not None
+            and transactional_id is not None
+            and self.txn_coordinator.coordinator_error(transactional_id)
+            is ErrorCode.not_coordinator
+        )
+
+    def _add_by_write(
+        self,
+        transactional_id: str,
+        header: BatchHeader,
+        topic: str,
+        partition: int,
+        verified: RemoteVerification | None,
+        support: TxnSupport,
+    ) -> None:
+        """Transaction version 2: the first write of a transaction to a partition adds the
+        partition (the caller asks the coordinator, `RemoteVerification` with `add`, and
+        calls again with the answer). With the coordinator here, the transaction is then
+        verified in the same step as the append, so it cannot have ended in between; with
+        it elsewhere, a marker written meanwhile means the answer may be stale (retry)."""
+        plog = self.leader_log(topic, partition)
+        entry = plog.producer_state.producers.get(header.producer_id)
+        open_here = (
+            entry is not None
+            and entry.epoch == header.producer_epoch
+            and entry.txn_first_offset != NO_TXN
+        )
+        markers = plog.markers_written.get(header.producer_id, 0)
+        if verified is None and not open_here:
+            raise RemoteVerification(
+                transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                topic,
+                partition,
+                markers,
+                add=True,
+            )
+        if verified is not None:
+            if markers != verified.markers_before:
+                raise KafkaError(
+                    ErrorCode.not_enough_replicas,
+                    f"{plog.name}: a transaction ended while the partition was added; retry",
+                )
+            if verified.error is not ErrorCode.none:
+                raise KafkaError(
+                    _client_code(verified.error, support),
+                    f"{plog.name}: the transaction coordinator did not add the partition "
+                    f"({verified.error.name.lower()})",
+                )
+        if self._coordinator_elsewhere(transactional_id):
+            return  # added (or open here, so still ongoing) at this epoch
+        try:
+            self.txn_coordinator.verify(
                 transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
             )
         except KafkaError as exc:
@@ -830,7 +892,17 @@ class Broker:
     async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
         """Ask the transactional id's coordinator (another broker) whether the partition is
         in the producer's ongoing transaction; the answer goes back to
-        verify_transactional."""
+        verify_transactional. For a transaction version 2 write (`need.add`) the
+        coordinator, here or elsewhere, adds the partition to the transaction instead."""
+        if need.add and not self._coordinator_elsewhere(need.transactional_id):
+            error = await self.txn_coordinator.add_partitions(
+                need.transactional_id,
+                need.producer_id,
+                need.producer_epoch,
+                [(need.topic, need.partition)],
+                client_version=2,
+            )
+            return dataclasses.replace(need, error=error)
         assert self.cluster is not None
         cache = self.cluster.cache
         txn_partition = self.txn_coordinator.partition_for(need.transactional_id)
@@ -843,6 +915,7 @@ class Broker:
                 need.producer_epoch,
                 need.topic,
                 need.partition,
+                add=need.add,
             )
         except KafkaError as exc:
             error = exc.code
@@ -908,6 +981,7 @@ class RemoteVerification(Exception):
     topic: str
     partition: int
     markers_before: int
+    add: bool = False  # transaction version 2: add the partition, not only verify it
     error: ErrorCode = ErrorCode.none
 
 

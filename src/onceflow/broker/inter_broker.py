@@ -7,7 +7,9 @@
   refuses for good (an older producer or coordinator epoch) is dropped, as a local one is.
 - AddPartitionsToTxn v4 with verify_only (KIP-890, as Kafka 3.6+ brokers send it), from a
   partition leader to the transaction coordinator of a transactional write's id: the write
-  is appended only if the partition is in that producer's ongoing transaction.
+  is appended only if the partition is in that producer's ongoing transaction. For a
+  transaction version 2 write (Produce v12, TxnOffsetCommit v5), v5 without verify_only:
+  the coordinator adds the partition to the transaction (KIP-890 part 2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MARKERS_VERSION = 1
 VERIFY_VERSION = 4
+ADD_VERSION = 5
 TIMEOUT_S = 30.0
 #: Answers that mean "not written yet, try again" rather than "never needed".
 RETRIABLE = frozenset(
@@ -93,27 +96,27 @@ class InterBroker:
         producer_epoch: int,
         topic: str,
         partition: int,
+        *,
+        add: bool = False,
     ) -> ErrorCode:
         """The coordinator's answer on whether (topic, partition) is in the producer's
-        ongoing transaction: NONE, or the error the write must be refused with."""
-        module = load_payload_module(
-            ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, EntityType.request
-        )
+        ongoing transaction: NONE, or the error the write must be refused with. With
+        `add` (a transaction version 2 write) the coordinator adds it instead: v5 without
+        verify_only, as Kafka 4 brokers send it."""
+        version = ADD_VERSION if add else VERIFY_VERSION
+        module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, version, EntityType.request)
         transaction = build(
             module.AddPartitionsToTxnTransaction,
             transactional_id=transactional_id,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            verify_only=True,
+            verify_only=not add,
             topics=(build(module.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),),
         )
         request = build(
-            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION),
-            transactions=(transaction,),
+            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=(transaction,)
         )
-        response = await self._request(
-            coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request
-        )
+        response = await self._request(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, version, request)
         if response.error_code != ErrorCode.none:
             return ErrorCode(response.error_code)
         for result in response.results_by_transaction:

@@ -115,17 +115,15 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # Why Onceflow's advertised range differs from Kafka 4.1's, per API key. One line per API:
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
-    0: "v12 (transaction version 2, KIP-890 part 2) not yet, nor v13 (topic ids)",
+    0: "v13 (topics by id) not yet",
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
     19: _NOT_YET,
     20: _NOT_YET,
     23: _NOT_YET,
-    26: "v5 (transaction version 2, KIP-890 part 2: an epoch bump at every end) not yet",
     27: (
         "v2 (Kafka 4.2, KIP-1228: the marker's transaction version) is advertised too, "
         "a superset: Onceflow's brokers send v1"
     ),
-    28: "v5 (transaction version 2, KIP-890 part 2: the commit adds its partition) not yet",
     32: _NOT_YET,
     34: "not implemented: replicas do not move between a broker's log dirs",
     38: _DELEGATION_TOKENS,

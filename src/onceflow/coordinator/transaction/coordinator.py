@@ -9,7 +9,8 @@ them; markers written twice are harmless.
 
 Zombies are fenced by epochs: a new producer with the same transactional id, or the timeout
 of a stalled transaction, bumps the epoch, and the abort markers carry the bumped epoch to
-every partition, where the older epoch is rejected from then on.
+every partition, where the older epoch is rejected from then on. With transaction version 2
+(EndTxn v5, `end_txn_bumping`) every end bumps it the same way.
 
 Which transactional ids are coordinated here goes by `__transaction_state` partition, each
 served at its own coordinator epoch, which every marker of its transactions carries (a
@@ -394,7 +395,12 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        client_version: int = 0,
     ) -> ErrorCode:
+        """Add partitions to the producer's transaction, starting one if none is ongoing.
+        `client_version` 2: the write itself adds its partition (a Produce v12 or
+        TxnOffsetCommit v5 through its broker), and the transaction it starts ends with an
+        epoch bump."""
         await self._wait_for_end(transactional_id)
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
@@ -415,6 +421,7 @@ class TransactionCoordinator:
             partitions=frozenset(wanted if starting else meta.partitions | wanted),
             start_ms=now if starting else meta.start_ms,
             update_ms=now,
+            client_version=client_version if starting else meta.client_version,
         )
 
     async def end_txn(
@@ -443,6 +450,77 @@ class TransactionCoordinator:
         if retry_of_same is not None and retry_of_same[0]:
             return retry_of_same[1]
         return ErrorCode.invalid_txn_state
+
+    async def end_txn_bumping(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> InitResult:
+        """EndTxn v5 (transaction version 2, KIP-890 part 2): end the transaction with the
+        producer epoch bumped, so no write of it at the old epoch can join the next one.
+        The markers carry the bumped epoch; the answer is the producer id and epoch for the
+        next transaction. An exhausted epoch rolls to a new producer id, taken in the
+        Prepare record and in effect from the Complete record, as Kafka does. A retry at
+        the epoch before the bump is answered as the first call was; a transaction that
+        added nothing may be aborted (an empty abort, still bumping)."""
+        if not transactional_id:
+            return InitResult(ErrorCode.invalid_request)
+        status = self._status(transactional_id)
+        if status is not None:
+            return InitResult(status)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return InitResult(ErrorCode.invalid_producer_id_mapping)
+        if meta.pending is not None:
+            return InitResult(ErrorCode.concurrent_transactions)
+        rolled_over = (
+            producer_id == meta.last_producer_id
+            and producer_id != meta.producer_id
+            and producer_epoch == MAX_EPOCH - 1
+            and meta.producer_epoch == 0
+        )
+        if producer_id != meta.producer_id and not rolled_over:
+            return InitResult(ErrorCode.invalid_producer_id_mapping)
+        retry = rolled_over or (
+            producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+        )
+        if not _valid_v2_end_epoch(meta.state, producer_epoch == meta.producer_epoch, retry):
+            return InitResult(ErrorCode.producer_fenced)
+        now_state = _V2_END.get((meta.state, commit, retry))
+        if now_state is None:
+            return InitResult(ErrorCode.invalid_txn_state)
+        if now_state == "done":
+            return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+        if now_state == "ending":
+            return InitResult(ErrorCode.concurrent_transactions)
+        if meta.producer_epoch >= MAX_EPOCH:  # fenced at the last epoch: InitProducerId rolls
+            return InitResult(ErrorCode.producer_fenced)
+        next_producer_id = NO_PRODUCER_ID
+        if meta.producer_epoch >= MAX_EPOCH - 1:
+            try:
+                next_producer_id = self._producer_ids.next_id()
+            except OSError as exc:
+                self._log_failures.failed("producer id block", exc)
+                return InitResult(ErrorCode.coordinator_not_available)
+        now = self._clock.now_ms()
+        changes: dict[str, object] = {
+            "producer_epoch": meta.producer_epoch + 1,
+            "last_producer_epoch": meta.producer_epoch,
+            "client_version": 2,
+            "next_producer_id": next_producer_id,
+            "update_ms": now,
+        }
+        if now_state == "empty abort":
+            changes.update(partitions=frozenset(), start_ms=now)
+        error = await self._transition_then(
+            meta,
+            TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            lambda: self._start_finish(meta, commit, "client"),
+            changes,
+        )
+        if error is not ErrorCode.none:
+            return InitResult(error)
+        if next_producer_id != NO_PRODUCER_ID:
+            return InitResult(ErrorCode.none, next_producer_id, 0)
+        return InitResult(ErrorCode.none, producer_id, producer_epoch + 1)
 
     def verify(
         self,
@@ -656,7 +734,11 @@ class TransactionCoordinator:
         backoff = RETRY_BACKOFF_S
         while not self._closed and self._is_current(meta):
             error = await self._transition(
-                meta, target, partitions=frozenset(), update_ms=self._clock.now_ms()
+                meta,
+                target,
+                partitions=frozenset(),
+                update_ms=self._clock.now_ms(),
+                **_rollover(meta),
             )
             if error is ErrorCode.none:
                 return
@@ -776,3 +858,45 @@ def _bump_epoch(
     if expected_epoch == meta.last_producer_epoch:
         return meta.producer_epoch, meta.last_producer_epoch  # a retry of a bump that worked
     return None
+
+
+def _rollover(meta: TransactionMetadata) -> dict[str, object]:
+    """A transaction version 2 end whose epoch was exhausted: the Complete record moves
+    the id to the producer id taken in the Prepare record, at epoch 0 (Kafka's
+    prepareComplete); the last epoch stays the one the client last used."""
+    if meta.next_producer_id == NO_PRODUCER_ID:
+        return {}
+    return {
+        "producer_id": meta.next_producer_id,
+        "producer_epoch": 0,
+        "last_producer_id": meta.producer_id,
+        "last_producer_epoch": meta.producer_epoch - 1,
+        "next_producer_id": NO_PRODUCER_ID,
+    }
+
+
+def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
+    """Kafka's epoch check of an EndTxn v5: the current epoch ends a transaction; the epoch
+    before the bump is only a retry of an end that was already decided."""
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        return retry
+    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return retry or same_epoch
+    return same_epoch and state in (TxnState.ONGOING, TxnState.EMPTY)
+
+
+# What an EndTxn v5 does, by (state, commit, retry of an end already decided): "prepare"
+# ends the ongoing transaction, "empty abort" aborts one that added nothing, "done" answers
+# a retry of a completed end, "ending" a retry while its markers are written
+# (CONCURRENT_TRANSACTIONS); anything missing is INVALID_TXN_STATE.
+_V2_END: dict[tuple[TxnState, bool, bool], str] = {
+    (TxnState.ONGOING, True, False): "prepare",
+    (TxnState.ONGOING, False, False): "prepare",
+    (TxnState.EMPTY, False, False): "empty abort",
+    (TxnState.COMPLETE_COMMIT, True, True): "done",
+    (TxnState.COMPLETE_COMMIT, False, False): "empty abort",
+    (TxnState.COMPLETE_ABORT, False, True): "done",
+    (TxnState.COMPLETE_ABORT, False, False): "empty abort",
+    (TxnState.PREPARE_COMMIT, True, True): "ending",
+    (TxnState.PREPARE_ABORT, False, True): "ending",
+}
