@@ -61,7 +61,7 @@ class ApiKey(IntEnum):
 # version in the range. The minimums are Kafka 4.0's (KIP-896 removed older versions, and
 # kio's schemas start there too).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 12),
+    ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 13),

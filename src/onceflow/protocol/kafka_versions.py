@@ -115,7 +115,6 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # Why Onceflow's advertised range differs from Kafka 4.1's, per API key. One line per API:
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
-    0: "v13 (topics by id) not yet",
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
     19: _NOT_YET,
     20: _NOT_YET,

@@ -35,6 +35,8 @@ from onceflow.storage.partition_log import AppendResult, PartitionLog
 if TYPE_CHECKING:
     from onceflow.broker.broker import Broker
 
+_TOPIC_IDS = 13  # Produce v13 names topics by id (KIP-516)
+
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if request.topic_data is None or any(t.partition_data is None for t in request.topic_data):
@@ -46,14 +48,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if not _transaction_authorized(ctx, request):
         error = ErrorCode.transactional_id_authorization_failed
         return NO_RESPONSE if acks == 0 else _refused(ctx, request, error)
-    denied = _denied_topics(ctx, request)
+    names = _topic_names(ctx, request)
+    denied = _denied_topics(ctx, names)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     support = txn_support.for_produce(ctx.api_version)
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
     topics: list[Any] = []
     leaders: set[int] = set()  # named in NOT_LEADER_OR_FOLLOWER answers (v10+)
-    for topic_data in request.topic_data:
+    for topic_data, name in zip(request.topic_data, names, strict=True):
         partitions: list[Any] = []
         for data in topic_data.partition_data:
             error = ErrorCode.none
@@ -63,18 +66,20 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             append_time: datetime.datetime | None = None
             leader = None
             try:
-                if topic_data.name in denied:
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id)
+                if name in denied:
                     raise KafkaError(ErrorCode.topic_authorization_failed)
                 try:
                     plog, result = _append(
-                        broker, request.transactional_id, topic_data.name, data, acks, support
+                        broker, request.transactional_id, name, data, acks, support
                     )
                 except RemoteVerification as need:  # first write of a txn, coordinator elsewhere
                     answer = await broker.ask_coordinator(need)
                     plog, result = _append(
                         broker,
                         request.transactional_id,
-                        topic_data.name,
+                        name,
                         data,
                         acks,
                         support,
@@ -91,8 +96,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     waiting.append((len(topics), len(partitions)))
             except KafkaError as exc:
                 error, message = exc.code, exc.message or None
-                if ctx.api_version >= 10 and error in LEADER_MOVED:
-                    leader_id, epoch = current_leader(ctx, topic_data.name, data.index)
+                if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
+                    leader_id, epoch = current_leader(ctx, name, data.index)
                     leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
                     leaders.add(leader_id)
             partitions.append(
@@ -110,7 +115,10 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             )
         topics.append(
             ctx.entity(
-                "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
+                "TopicProduceResponse",
+                name=name,
+                topic_id=getattr(topic_data, "topic_id", None),
+                partition_responses=tuple(partitions),
             )
         )
     response = ctx.response(
@@ -139,13 +147,22 @@ def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
     )
 
 
-def _denied_topics(ctx: RequestContext, request: Any) -> frozenset[str]:
+def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
+    """Each topic's name: given before v13, looked up by its topic id from v13 (None for an
+    id no topic has: UNKNOWN_TOPIC_ID, before any authorization, and never auto-created)."""
+    if ctx.api_version < _TOPIC_IDS:
+        return [t.name for t in request.topic_data]
+    by_id = ctx.broker.topics_by_id()
+    return [by_id.get(t.topic_id) for t in request.topic_data]
+
+
+def _denied_topics(ctx: RequestContext, topics: list[str | None]) -> frozenset[str]:
     """Topics without WRITE, and (alone, where Produce auto-creates) missing topics the
     principal may not CREATE."""
     broker = ctx.broker
     if broker.authorizer is None:
         return frozenset()
-    names = {t.name for t in request.topic_data}
+    names = {name for name in topics if name is not None}
     denied = authz.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     if broker.cluster is None and broker.config.auto_create_topics_enable:
         missing = [n for n in names - denied if broker.topic_partition_count(n) is None]
@@ -160,7 +177,8 @@ def _refused(ctx: RequestContext, request: Any, error: ErrorCode) -> Any:
     topics = tuple(
         ctx.entity(
             "TopicProduceResponse",
-            name=topic.name,
+            name=getattr(topic, "name", None),
+            topic_id=getattr(topic, "topic_id", None),
             partition_responses=tuple(
                 ctx.entity(
                     "PartitionProduceResponse",
