@@ -890,36 +890,53 @@ class Broker:
             )
 
     async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
-        """Ask the transactional id's coordinator (another broker) whether the partition is
-        in the producer's ongoing transaction; the answer goes back to
-        verify_transactional. For a transaction version 2 write (`need.add`) the
-        coordinator, here or elsewhere, adds the partition to the transaction instead."""
-        if need.add and not self._coordinator_elsewhere(need.transactional_id):
+        """The answer for one write; see `ask_coordinator_all`."""
+        (answer,) = await self.ask_coordinator_all([need])
+        return answer
+
+    async def ask_coordinator_all(
+        self, needs: list[RemoteVerification]
+    ) -> list[RemoteVerification]:
+        """Ask the transactional ids' coordinators, once per producer and kind, whether the
+        partitions are in the producer's ongoing transaction (KIP-890), or for transaction
+        version 2 writes (`add`) to add them: one transaction-log record (and one
+        AddPartitionsToTxn when the coordinator is elsewhere) for all the first writes of a
+        Produce request, as Kafka's AddPartitionsToTxnManager batches them. The answers, in
+        the order of `needs`, go back to verify_transactional."""
+        groups: dict[tuple[str, int, int, bool], list[int]] = {}
+        for i, need in enumerate(needs):
+            key = (need.transactional_id, need.producer_id, need.producer_epoch, need.add)
+            groups.setdefault(key, []).append(i)
+        answers = list(needs)
+        for key, indices in groups.items():
+            errors = await self._ask(*key, [(needs[i].topic, needs[i].partition) for i in indices])
+            for i in indices:
+                need = needs[i]
+                answers[i] = dataclasses.replace(need, error=errors[(need.topic, need.partition)])
+        return answers
+
+    async def _ask(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        add: bool,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        if add and not self._coordinator_elsewhere(transactional_id):
             error = await self.txn_coordinator.add_partitions(
-                need.transactional_id,
-                need.producer_id,
-                need.producer_epoch,
-                [(need.topic, need.partition)],
-                client_version=2,
+                transactional_id, producer_id, producer_epoch, partitions, client_version=2
             )
-            return dataclasses.replace(need, error=error)
+            return dict.fromkeys(partitions, error)
         assert self.cluster is not None
-        cache = self.cluster.cache
-        txn_partition = self.txn_coordinator.partition_for(need.transactional_id)
-        coordinator = cache.leader_of(TXN_TOPIC, txn_partition)
+        txn_partition = self.txn_coordinator.partition_for(transactional_id)
+        coordinator = self.cluster.cache.leader_of(TXN_TOPIC, txn_partition)
         try:
-            error = await self.cluster.peers.verify(
-                coordinator,
-                need.transactional_id,
-                need.producer_id,
-                need.producer_epoch,
-                need.topic,
-                need.partition,
-                add=need.add,
+            return await self.cluster.peers.verify(
+                coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add
             )
         except KafkaError as exc:
-            error = exc.code
-        return dataclasses.replace(need, error=error)
+            return dict.fromkeys(partitions, exc.code)
 
     async def append_internal(
         self,

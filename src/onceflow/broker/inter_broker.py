@@ -94,36 +94,44 @@ class InterBroker:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        topic: str,
-        partition: int,
+        partitions: list[tuple[str, int]],
         *,
         add: bool = False,
-    ) -> ErrorCode:
-        """The coordinator's answer on whether (topic, partition) is in the producer's
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """The coordinator's answer, per partition, on whether it is in the producer's
         ongoing transaction: NONE, or the error the write must be refused with. With
-        `add` (a transaction version 2 write) the coordinator adds it instead: v5 without
-        verify_only, as Kafka 4 brokers send it."""
+        `add` (transaction version 2 writes) the coordinator adds them instead: v5 without
+        verify_only, as Kafka 4 brokers send it. One request for all the partitions."""
         version = ADD_VERSION if add else VERIFY_VERSION
         module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, version, EntityType.request)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in partitions:
+            by_topic[topic].append(partition)
         transaction = build(
             module.AddPartitionsToTxnTransaction,
             transactional_id=transactional_id,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             verify_only=not add,
-            topics=(build(module.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),),
+            topics=tuple(
+                build(module.AddPartitionsToTxnTopic, name=topic, partitions=tuple(numbers))
+                for topic, numbers in by_topic.items()
+            ),
         )
         request = build(
             request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=(transaction,)
         )
         response = await self._request(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, version, request)
         if response.error_code != ErrorCode.none:
-            return ErrorCode(response.error_code)
-        for result in response.results_by_transaction:
-            for topic_result in result.topic_results:
-                for part in topic_result.results_by_partition:
-                    return ErrorCode(part.partition_error_code)
-        return ErrorCode.unknown_server_error  # an answer without our partition
+            return dict.fromkeys(partitions, ErrorCode(response.error_code))
+        answers = {
+            (topic_result.name, part.partition_index): ErrorCode(part.partition_error_code)
+            for result in response.results_by_transaction
+            for topic_result in result.topic_results
+            for part in topic_result.results_by_partition
+        }
+        # A partition the answer left out was not checked: refused.
+        return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     async def write(
         self,

@@ -51,74 +51,48 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     names = _topic_names(ctx, request)
     denied = _denied_topics(ctx, names)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    support = txn_support.for_produce(ctx.api_version)
+    step = _PartitionStep(ctx, request, txn_support.for_produce(ctx.api_version), timeout_ms)
+    # One answer per partition, in the request's order; None while the partition's first
+    # transactional write waits for the coordinator, who is asked once for all of them.
+    answers: list[list[_Answer | None]] = []
+    asking: list[tuple[int, int, RemoteVerification]] = []
+    for topic_data, name in zip(request.topic_data, names, strict=True):
+        row: list[_Answer | None] = []
+        for data in topic_data.partition_data:
+            outcome = step.run(name, data, denied)
+            if isinstance(outcome, RemoteVerification):
+                asking.append((len(answers), len(row), outcome))
+                row.append(None)
+            else:
+                row.append(outcome)
+        answers.append(row)
+    if asking:
+        replies = await broker.ask_coordinator_all([need for _, _, need in asking])
+        for (t, p, _), reply in zip(asking, replies, strict=True):
+            topic_data = request.topic_data[t]
+            outcome = step.run(names[t], topic_data.partition_data[p], denied, reply)
+            assert not isinstance(outcome, RemoteVerification)  # answered: never asks again
+            answers[t][p] = outcome
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
-    topics: list[Any] = []
     leaders: set[int] = set()  # named in NOT_LEADER_OR_FOLLOWER answers (v10+)
-    for topic_data, name in zip(request.topic_data, names, strict=True):
-        partitions: list[Any] = []
-        for data in topic_data.partition_data:
-            error = ErrorCode.none
-            message = None
-            base_offset = -1
-            log_start = -1
-            append_time: datetime.datetime | None = None
-            leader = None
-            try:
-                if name is None:
-                    raise KafkaError(ErrorCode.unknown_topic_id)
-                if name in denied:
-                    raise KafkaError(ErrorCode.topic_authorization_failed)
-                try:
-                    plog, result = _append(
-                        broker, request.transactional_id, name, data, acks, support
-                    )
-                except RemoteVerification as need:  # first write of a txn, coordinator elsewhere
-                    answer = await broker.ask_coordinator(need)
-                    plog, result = _append(
-                        broker,
-                        request.transactional_id,
-                        name,
-                        data,
-                        acks,
-                        support,
-                        answer,
-                    )
-                base_offset, log_start = result.first_offset, result.log_start_offset
-                if result.log_append_time >= 0:
-                    append_time = datetime.datetime.fromtimestamp(
-                        result.log_append_time / 1000, datetime.UTC
-                    )
-                wait = broker.acknowledgement(plog, result.last_offset, acks, timeout_ms)
-                if wait is not None:
-                    waits.append(wait)
-                    waiting.append((len(topics), len(partitions)))
-            except KafkaError as exc:
-                error, message = exc.code, exc.message or None
-                if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
-                    leader_id, epoch = current_leader(ctx, name, data.index)
-                    leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
-                    leaders.add(leader_id)
-            partitions.append(
-                ctx.entity(
-                    "PartitionProduceResponse",
-                    index=data.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=append_time,  # None (-1): the producer's CreateTime
-                    log_start_offset=log_start,
-                    record_errors=(),
-                    error_message=message,
-                    **({} if leader is None else {"current_leader": leader}),
-                )
-            )
+    topics: list[Any] = []
+    for t, (topic_data, name, row) in enumerate(
+        zip(request.topic_data, names, answers, strict=True)
+    ):
+        for p, answer in enumerate(row):
+            assert answer is not None
+            if answer.wait is not None:
+                waits.append(answer.wait)
+                waiting.append((t, p))
+            if answer.leader is not None:
+                leaders.add(answer.leader)
         topics.append(
             ctx.entity(
                 "TopicProduceResponse",
                 name=name,
                 topic_id=getattr(topic_data, "topic_id", None),
-                partition_responses=tuple(partitions),
+                partition_responses=tuple(a.entity for a in row if a is not None),
             )
         )
     response = ctx.response(
@@ -131,6 +105,78 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if not waits:
         return response
     return Deferred(waits, response, lambda errors: _unacknowledged(response, waiting, errors))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer:
+    entity: Any  # the partition's PartitionProduceResponse
+    wait: asyncio.Future[None] | None  # the durability (acks) the answer waits for
+    leader: int | None  # a leader named in a NOT_LEADER_OR_FOLLOWER answer (v10+)
+
+
+class _PartitionStep:
+    """One partition of a Produce request: checked, appended and answered, or (a first
+    transactional write whose coordinator must be asked) the question to ask."""
+
+    def __init__(self, ctx: RequestContext, request: Any, support: TxnSupport, timeout_ms: int):
+        self._ctx = ctx
+        self._request = request
+        self._support = support
+        self._timeout_ms = timeout_ms
+
+    def run(
+        self,
+        name: str | None,
+        data: Any,
+        denied: frozenset[str],
+        verified: RemoteVerification | None = None,
+    ) -> _Answer | RemoteVerification:
+        ctx, broker, acks = self._ctx, self._ctx.broker, self._request.acks
+        error = ErrorCode.none
+        message = None
+        base_offset = log_start = -1
+        append_time: datetime.datetime | None = None
+        wait = leader = leader_id = None
+        try:
+            if name is None:
+                raise KafkaError(ErrorCode.unknown_topic_id)
+            if name in denied:
+                raise KafkaError(ErrorCode.topic_authorization_failed)
+            try:
+                plog, result = _append(
+                    broker,
+                    self._request.transactional_id,
+                    name,
+                    data,
+                    acks,
+                    self._support,
+                    verified,
+                )
+            except RemoteVerification as need:  # the coordinator must be asked first
+                return need
+            base_offset, log_start = result.first_offset, result.log_start_offset
+            if result.log_append_time >= 0:
+                append_time = datetime.datetime.fromtimestamp(
+                    result.log_append_time / 1000, datetime.UTC
+                )
+            wait = broker.acknowledgement(plog, result.last_offset, acks, self._timeout_ms)
+        except KafkaError as exc:
+            error, message = exc.code, exc.message or None
+            if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
+                leader_id, epoch = current_leader(ctx, name, data.index)
+                leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
+        entity = ctx.entity(
+            "PartitionProduceResponse",
+            index=data.index,
+            error_code=error,
+            base_offset=base_offset,
+            log_append_time=append_time,  # None (-1): the producer's CreateTime
+            log_start_offset=log_start,
+            record_errors=(),
+            error_message=message,
+            **({} if leader is None else {"current_leader": leader}),
+        )
+        return _Answer(entity, wait, leader_id)
 
 
 def _endpoint_entity(ctx: RequestContext) -> Any:
