@@ -9,7 +9,7 @@ from tests.unit.test_txn_coordinator import make, run, settle
 from onceflow.coordinator.transaction.log import decode_key, decode_value, encode_value
 from onceflow.coordinator.transaction.metadata import MAX_EPOCH
 from onceflow.coordinator.transaction.state import TxnState
-from onceflow.errors import ErrorCode
+from onceflow.errors import ErrorCode, KafkaError
 
 TP = ("a", 0)
 
@@ -144,5 +144,28 @@ def test_a_transaction_version_0_record_stays_version_1() -> None:
             assert value is not None and value[:2] == b"\x00\x01"
         transit = coord.txns["t"].current()
         assert decode_value("t", encode_value(transit)) == transit
+
+    run(go())
+
+
+def test_no_producer_id_block_is_coordinator_not_available_not_a_crash() -> None:
+    """On a cluster the blocks come from ZooKeeper, whose failure is a KafkaError."""
+
+    def no_block(size: int) -> tuple[int, int]:
+        raise KafkaError(ErrorCode.coordinator_not_available, "ZooKeeper away")
+
+    async def go() -> None:
+        coord, _, _, _ = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid = init.producer_id
+        coord.txns["t"].producer_epoch = MAX_EPOCH - 1
+        await coord.add_partitions("t", pid, MAX_EPOCH - 1, [TP], client_version=2)
+        coord._producer_ids._next = coord._producer_ids._block_end  # the block is used up
+        coord._producer_ids.allocate_block = no_block
+        ended = await coord.end_txn_bumping("t", pid, MAX_EPOCH - 1, commit=True)
+        assert ended.error is ErrorCode.coordinator_not_available
+        assert coord.txns["t"].state is TxnState.ONGOING  # nothing was logged
+        fresh = await coord.init_producer_id("new-id", 10_000)
+        assert fresh.error is ErrorCode.coordinator_not_available
 
     run(go())

@@ -325,10 +325,8 @@ class TransactionCoordinator:
         now = self._clock.now_ms()
         meta = self.txns.get(transactional_id)
         if meta is None:
-            try:
-                producer_id = self._producer_ids.next_id()
-            except OSError as exc:
-                self._log_failures.failed("producer id block", exc)
+            producer_id = self._next_producer_id()
+            if producer_id is None:
                 return InitResult(ErrorCode.coordinator_not_available)
             meta = TransactionMetadata(
                 TxnTransit(
@@ -360,10 +358,8 @@ class TransactionCoordinator:
                 error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
         if meta.epoch_exhausted and (not expected or expected_epoch == meta.producer_epoch):
-            try:
-                new_id = self._producer_ids.next_id()
-            except OSError as exc:
-                self._log_failures.failed("producer id block", exc)
+            new_id = self._next_producer_id()
+            if new_id is None:
                 return InitResult(ErrorCode.coordinator_not_available)
             changes: dict[str, object] = {
                 "producer_id": new_id,
@@ -495,11 +491,10 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.producer_fenced)
         next_producer_id = NO_PRODUCER_ID
         if meta.producer_epoch >= MAX_EPOCH - 1:
-            try:
-                next_producer_id = self._producer_ids.next_id()
-            except OSError as exc:
-                self._log_failures.failed("producer id block", exc)
+            taken = self._next_producer_id()
+            if taken is None:
                 return InitResult(ErrorCode.coordinator_not_available)
+            next_producer_id = taken
         now = self._clock.now_ms()
         changes: dict[str, object] = {
             "producer_epoch": meta.producer_epoch + 1,
@@ -629,6 +624,15 @@ class TransactionCoordinator:
         if producer_epoch != meta.producer_epoch:
             return None, ErrorCode.producer_fenced
         return meta, ErrorCode.none
+
+    def _next_producer_id(self) -> int | None:
+        """A new producer id, or None when no block could be had: the durable counter could
+        not be written (alone) or ZooKeeper gave no block (on a cluster, a KafkaError)."""
+        try:
+            return self._producer_ids.next_id()
+        except (OSError, KafkaError) as exc:
+            self._log_failures.failed("producer id block", exc)
+            return None
 
     async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> ErrorCode:
         """Bump the epoch (PrepareEpochFence, never logged) and abort at the new epoch;
