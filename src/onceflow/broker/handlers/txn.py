@@ -1,5 +1,8 @@
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
 
+EndTxn v5 and AddPartitionsToTxn v5 without verify_only are transaction version 2 (KIP-890
+part 2): an epoch bump at every end, and a partition added by its leader for a write.
+
 Authorization is Kafka's, before the coordinator is asked: a transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer's InitProducerId needs
 IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED, KIP-679);
