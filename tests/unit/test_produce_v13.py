@@ -64,3 +64,26 @@ def test_produce_v13_by_topic_id(tmp_path: Path) -> None:
         assert sorted(h.acl.calls) == sorted([topic(Op.WRITE), topic(Op.WRITE, SECRET)])
 
     run(tmp_path, body)
+
+
+def test_a_recreated_topic_is_found_by_its_new_id_only(tmp_path: Path) -> None:
+    """Names by id are remembered between requests, but never trusted: the topic a
+    remembered name names must still have that id."""
+
+    async def body(h: Harness) -> None:
+        h.use(None)
+        old_id = h.broker.topic_id(OPEN)
+        assert old_id is not None
+        first = await h.call(ApiKey.PRODUCE, 13, **by_id({old_id: (0,)}))
+        assert first.responses[0].partition_responses[0].error_code == ErrorCode.none
+        await h.broker.delete_topic(OPEN)
+        await h.broker.create_topic(OPEN, 2)
+        new_id = h.broker.topic_id(OPEN)
+        assert new_id is not None and new_id != old_id
+        stale = await h.call(ApiKey.PRODUCE, 13, **by_id({old_id: (0,)}))
+        assert stale.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_id
+        fresh = await h.call(ApiKey.PRODUCE, 13, **by_id({new_id: (0,)}))
+        assert fresh.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert h.end_offset(OPEN, 0) == 1
+
+    run(tmp_path, body)

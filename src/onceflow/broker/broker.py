@@ -99,6 +99,8 @@ class Broker:
         self.log_dir = config.log_dirs[0]
         self.max_request_bytes = config.socket_request_max_bytes
         self.cluster_id = ""
+        # Topic names by id, as last built: a hint only, each hit checked (topic_name_by_id).
+        self._names_by_id: dict[uuid.UUID, str] = {}
         self.disk = DiskSpaceGuard(
             self.fs,
             self.log_dir,
@@ -483,6 +485,17 @@ class Broker:
         """Every topic's name by its id."""
         ids = ((self.topic_id(name), name) for name in self.topic_names())
         return {topic_id: name for topic_id, name in ids if topic_id is not None}
+
+    def topic_name_by_id(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if no topic has it. For requests that
+        name topics by id (Produce v13): a remembered name is used once the topic it names
+        still has this id, so a request costs a lookup per topic, not a walk of them all
+        (which happens only when the id is new or its topic was deleted or recreated)."""
+        name = self._names_by_id.get(topic_id)
+        if name is not None and self.topic_id(name) == topic_id:
+            return name
+        self._names_by_id = self.topics_by_id()
+        return self._names_by_id.get(topic_id)
 
     def topic_configs(self, name: str) -> dict[str, str] | None:
         if self.cluster is not None:

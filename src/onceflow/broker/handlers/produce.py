@@ -198,8 +198,10 @@ def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
     id no topic has: UNKNOWN_TOPIC_ID, before any authorization, and never auto-created)."""
     if ctx.api_version < _TOPIC_IDS:
         return [t.name for t in request.topic_data]
-    by_id = ctx.broker.topics_by_id()
-    return [by_id.get(t.topic_id) for t in request.topic_data]
+    return [
+        None if t.topic_id is None else ctx.broker.topic_name_by_id(t.topic_id)
+        for t in request.topic_data
+    ]
 
 
 def _denied_topics(ctx: RequestContext, topics: list[str | None]) -> frozenset[str]:
