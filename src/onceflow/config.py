@@ -744,6 +744,12 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "transaction_partition_verification_enable", _BOOL, None,
        "Check with the coordinator that a transactional write's partition was added to the "
        "transaction before appending it (KIP-890)."),
+    _K("onceflow.transaction.version", "onceflow_transaction_version", _INT, _between(0, 2),
+       "The finalized level of Kafka's transaction.version feature that ApiVersions "
+       "advertises (Kafka sets it with kafka-features.sh). At 2, Java clients 4.x use "
+       "transaction version 2 (KIP-890 part 2): Produce v12 adds its partition, EndTxn v5 "
+       "bumps the producer epoch at every transaction end. Set it the same on every broker "
+       "of a cluster."),
     _K("producer.id.expiration.ms", "producer_id_expiration_ms", _INT, _POSITIVE,
        "A partition forgets an idle producer's sequence state after this long."),
     _K("producer.id.expiration.check.interval.ms",
@@ -927,6 +933,7 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_partition_verification_enable: bool = True
+    onceflow_transaction_version: int = 0
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
     #: The Kafka keys this config was loaded from and their values (normalised), for

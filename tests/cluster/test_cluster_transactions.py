@@ -23,8 +23,9 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from onceflow.errors import ErrorCode
 from tests.cluster.test_replication import read_all
+from tests.helpers import txn_wire
 from tests.helpers.clients import admin_client, create_topic
-from tests.helpers.cluster import Cluster, cluster_fixture
+from tests.helpers.cluster import Cluster, ClusterBroker, cluster_fixture
 from tests.helpers.txn import confluent_txn_producer
 from tests.helpers.wire import RawConnection, produce_request
 from tests.integration.test_txn_late_produce import txn_batch
@@ -77,10 +78,10 @@ def test_transactions_across_brokers_commit_whole_and_abort_invisibly(three: Clu
         assert lso(three.bootstrap, topic, p) == lso_high(three.bootstrap, topic, p)
 
 
-def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
-    three: Cluster,
-) -> None:
-    txn_id = "late-on-a-cluster"
+def coordinator_and_other(
+    three: Cluster, txn_id: str, tag: str
+) -> tuple[ClusterBroker, ClusterBroker, str]:
+    """The transactional id's coordinator, another broker, and a new topic led by it."""
     admin = admin_client(three.bootstrap)
     with RawConnection(three.bootstrap.split(",")[0]) as conn:
         found = conn.call(FindCoordinatorRequest(key=txn_id, key_type=i8(1)))
@@ -91,7 +92,7 @@ def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
     assert found.error_code == ErrorCode.none
     coordinator = three.broker(int(found.node_id))
     other = next(b for b in three.brokers if b is not coordinator)
-    topic = f"late-{other.broker_id}"
+    topic = f"{tag}-{other.broker_id}"
     admin.create_topics(
         [
             NewTopic(
@@ -103,6 +104,14 @@ def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
         request_timeout=T,
     )[topic].result(T)
     assert three.leader_of(topic, 0) is other
+    return coordinator, other, topic
+
+
+def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
+    three: Cluster,
+) -> None:
+    txn_id = "late-on-a-cluster"
+    coordinator, other, topic = coordinator_and_other(three, txn_id, "late")
     with RawConnection(coordinator.bootstrap) as c, RawConnection(other.bootstrap) as leader:
         init = c.call(
             InitProducerIdRequest(
@@ -151,7 +160,13 @@ def test_a_late_produce_to_a_leader_that_is_not_the_coordinator_is_refused(
         deadline = datetime.datetime.now() + datetime.timedelta(seconds=T)
         while lso(three.bootstrap, topic, 0) != lso_high(three.bootstrap, topic, 0):
             assert datetime.datetime.now() < deadline
-        assert produce(1, b"late") is ErrorCode.invalid_txn_state
+        # Until the coordinator logs CompleteAbort the late write is answered with the
+        # retriable NOT_ENOUGH_REPLICAS (its CONCURRENT_TRANSACTIONS, as Kafka maps it).
+        late = produce(1, b"late")
+        while late is ErrorCode.not_enough_replicas:
+            assert datetime.datetime.now() < deadline
+            late = produce(1, b"late")
+        assert late is ErrorCode.invalid_txn_state
     assert lso(three.bootstrap, topic, 0) == lso_high(three.bootstrap, topic, 0)
     records = read_all(three.bootstrap, topic, 1, 0)
     assert [m.value() for m in records] == []
@@ -230,3 +245,40 @@ def test_transaction_tools_see_every_coordinator_and_leader(
         p.commit_transaction(T)
     code, out, _ = cli(capsys, "list", "--bootstrap-server", three.bootstrap, "--state", "Ongoing")
     assert not set(producers) & {r[0] for r in table(out)[1:]}
+
+
+def test_transaction_version_2_across_brokers(three: Cluster) -> None:
+    """Produce v12 to a leader that is not the coordinator adds the partition with
+    AddPartitionsToTxn v5 (no AddPartitionsToTxn from the client), EndTxn v5 bumps the epoch
+    and its markers carry it, and a write at the old epoch never lands."""
+    txn_id = "tv2-on-a-cluster"
+    coordinator, other, topic = coordinator_and_other(three, txn_id, "tv2")
+    with RawConnection(coordinator.bootstrap) as c, RawConnection(other.bootstrap) as leader:
+        p0 = txn_wire.init(c, txn_id)
+
+        def write(p: txn_wire.Producer, seq: int, value: bytes) -> ErrorCode:
+            batch = txn_wire.txn_batch(p, seq, value)
+            return ErrorCode(txn_wire.produce(leader, p, topic, batch, 12).error_code)
+
+        def end_v5(p: txn_wire.Producer, commit: bool) -> txn_wire.Producer:
+            deadline = datetime.datetime.now() + datetime.timedelta(seconds=T)
+            answer = txn_wire.end_txn(c, p, commit, version=5)
+            while answer.error_code == ErrorCode.concurrent_transactions:
+                assert datetime.datetime.now() < deadline
+                answer = txn_wire.end_txn(c, p, commit, version=5)
+            assert answer.error_code == ErrorCode.none, ErrorCode(answer.error_code)
+            return txn_wire.Producer(txn_id, int(answer.producer_id), int(answer.producer_epoch))
+
+        assert write(p0, 0, b"c1") is ErrorCode.none
+        p1 = end_v5(p0, commit=True)
+        assert (p1.producer_id, p1.epoch) == (p0.producer_id, p0.epoch + 1)
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=T)
+        while lso(three.bootstrap, topic, 0) != lso_high(three.bootstrap, topic, 0):
+            assert datetime.datetime.now() < deadline
+        # The marker, at the bumped epoch, fences the old one on the partition.
+        assert write(p0, 1, b"zombie-1") is ErrorCode.invalid_producer_epoch
+        assert write(p1, 0, b"c2") is ErrorCode.none
+        assert write(p0, 1, b"zombie-2") is ErrorCode.invalid_producer_epoch
+        end_v5(p1, commit=True)
+    records = read_all(three.bootstrap, topic, 1, 2)
+    assert [m.value() for m in records] == [b"c1", b"c2"]

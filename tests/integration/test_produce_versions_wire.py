@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -21,7 +22,14 @@ from tests.integration.test_fetch_versions_wire import create_or_describe, fetch
 lo, hi = SUPPORTED_VERSIONS[ApiKey.PRODUCE]
 
 
-def produce_request(version: int, topic: str, parts: dict[int, bytes], acks: int = -1) -> Any:
+def produce_request(
+    version: int,
+    topic: str,
+    parts: dict[int, bytes],
+    acks: int = -1,
+    topic_id: uuid.UUID | None = None,
+) -> Any:
+    """The topic by name, or by `topic_id` from v13."""
     module = load_payload_module(ApiKey.PRODUCE, version, EntityType.request)
     data = tuple(
         build(module.PartitionProduceData, index=p, records=records) for p, records in parts.items()
@@ -31,7 +39,9 @@ def produce_request(version: int, topic: str, parts: dict[int, bytes], acks: int
         transactional_id=None,
         acks=acks,
         timeout=datetime.timedelta(seconds=10),
-        topic_data=(build(module.TopicProduceData, name=topic, partition_data=data),),
+        topic_data=(
+            build(module.TopicProduceData, name=topic, topic_id=topic_id, partition_data=data),
+        ),
     )
 
 
@@ -41,11 +51,14 @@ def test_produce_at_every_version(shared_broker: BrokerProcess, version: int) ->
     batch = build_batch([(b"k", b"value", [])], timestamp_ms=int(time.time() * 1000))
     with RawConnection(shared_broker.bootstrap) as conn:
         topic_id = create_or_describe(conn, topic)
-        first = conn.call(produce_request(version, topic, {0: batch, 7: batch}))
-        second = conn.call(produce_request(version, topic, {0: batch}))
+        first = conn.call(produce_request(version, topic, {0: batch, 7: batch}, topic_id=topic_id))
+        second = conn.call(produce_request(version, topic, {0: batch}, topic_id=topic_id))
         fetched = conn.call(fetch_request(12, topic, {0: (0, -1)}, topic_id))
     (answer,) = first.responses
-    assert answer.name == topic
+    if version >= 13:
+        assert answer.topic_id == topic_id
+    else:
+        assert answer.name == topic
     by_partition = {p.index: p for p in answer.partition_responses}
     assert (by_partition[0].error_code, by_partition[0].base_offset) == (0, 0)
     assert by_partition[7].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
@@ -56,3 +69,19 @@ def test_produce_at_every_version(shared_broker: BrokerProcess, version: int) ->
     assert (again.error_code, again.base_offset) == (0, 1)
     (records,) = fetched.responses[0].partitions
     assert records.high_watermark == 2 and records.records.count(b"value") == 2
+
+
+def test_produce_v13_to_an_unknown_topic_id_is_refused_and_creates_nothing(
+    shared_broker: BrokerProcess,
+) -> None:
+    """Kafka's answer: UNKNOWN_TOPIC_ID for each partition; an id is never auto-created."""
+    batch = build_batch([(b"k", b"value", [])], timestamp_ms=int(time.time() * 1000))
+    unknown = uuid.uuid4()
+    with RawConnection(shared_broker.bootstrap) as conn:
+        answer = conn.call(produce_request(13, "", {0: batch, 1: batch}, topic_id=unknown))
+        (topic,) = answer.responses
+        assert topic.topic_id == unknown
+        assert {p.index: p.error_code for p in topic.partition_responses} == {0: 100, 1: 100}
+        # The same id still names no topic: nothing was created.
+        again = conn.call(produce_request(13, "", {0: batch}, topic_id=unknown))
+        assert again.responses[0].partition_responses[0].error_code == 100

@@ -41,9 +41,15 @@ from tests.helpers.wire import encode_entity, request_frame
 LINGER_S = 1.0
 
 
-@pytest.fixture(scope="module")
-def _txn_broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", TXN_BROKER_OVERRIDES)
+# Every test runs against a broker at transaction version 0 and one at 2: librdkafka
+# never uses version 2 (it stays on AddPartitionsToTxn and EndTxn v1), so finalizing it
+# for Java clients must leave librdkafka's transactions exactly as they were.
+@pytest.fixture(scope="module", params=["0", "2"], ids=["tv0", "tv2"])
+def _txn_broker_process(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    overrides = {**TXN_BROKER_OVERRIDES, "onceflow.transaction.version": request.param}
+    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", overrides)
     b.start()
     try:
         yield b

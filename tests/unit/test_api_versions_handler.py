@@ -68,7 +68,7 @@ def test_features_today_lead_no_client_into_tv2_or_kip_848(tmp_path: Path) -> No
     async def body(h: Harness) -> None:
         v4 = await h.call(API, 4, **SOFTWARE)
         supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
-        assert supported == {"group.version": (0, 0), "transaction.version": (0, 0)}
+        assert supported == {"group.version": (0, 0), "transaction.version": (0, 2)}
         # Level 0 is never listed as finalized: the Java producer sees no transaction.version
         # (TV2 off) and librdkafka reads no features at all.
         assert v4.finalized_features == ()
@@ -85,13 +85,9 @@ def test_features_above_level_0_are_listed_as_kafka_lists_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(api_versions, "SUPPORTED_FEATURES", {"a.version": (1, 3), "b": (0, 2)})
-    monkeypatch.setattr(api_versions, "FINALIZED_FEATURES", {"a.version": 2, "b": 0})
-    monkeypatch.setattr(api_versions, "FINALIZED_FEATURES_EPOCH", 7)
     from onceflow.broker.handlers import api_versions as handler
 
     monkeypatch.setattr(handler, "SUPPORTED_FEATURES", api_versions.SUPPORTED_FEATURES)
-    monkeypatch.setattr(handler, "FINALIZED_FEATURES", api_versions.FINALIZED_FEATURES)
-    monkeypatch.setattr(handler, "FINALIZED_FEATURES_EPOCH", 7)
 
     async def body(h: Harness) -> None:
         v4 = await h.call(API, 4, **SOFTWARE)
@@ -99,15 +95,30 @@ def test_features_above_level_0_are_listed_as_kafka_lists_them(
             ("a.version", 1, 3),
             ("b", 0, 2),
         ]
-        finalized = [
-            (f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features
-        ]
-        assert finalized == [("a.version", 2, 2)]
-        assert v4.finalized_features_epoch == 7
         v3 = await h.call(API, 3, **SOFTWARE)
         assert [f.name for f in v3.supported_features] == ["a.version"]
 
     run(tmp_path, body)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_the_configured_transaction_version_is_finalized_with_a_higher_epoch(
+    tmp_path: Path, level: int
+) -> None:
+    """onceflow.transaction.version is the finalized level of transaction.version; the
+    epoch rises with it, so a client that saw level 0 takes the new level."""
+
+    async def body(h: Harness) -> None:
+        v4 = await h.call(API, 4, **SOFTWARE)
+        finalized = [
+            (f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features
+        ]
+        assert finalized == [("transaction.version", level, level)]
+        assert v4.finalized_features_epoch > 0
+        for old in (0, 1, 2):  # no features before v3 (kafka-python, aiokafka ask v0-v2)
+            assert (await h.call(API, old)).error_code == ErrorCode.none
+
+    run(tmp_path, body, onceflow_transaction_version=level)
 
 
 def test_an_unknown_version_is_answered_at_v0_with_apiversions_own_range() -> None:

@@ -38,8 +38,16 @@ def test_transaction_log_records_are_decoded(
     transit = TxnTransit(
         "payments-1", 42, -1, 3, -1, 60_000, TxnState.ONGOING, frozenset({("out", 2)}), 5, 6
     )
+    # Transaction version 2, rolling over to producer id 43 (value version 2).
+    v2 = TxnTransit(
+        "tv2", 42, -1, 32767, 32766, 60_000, TxnState.PREPARE_COMMIT, frozenset(), 5, 6, 2, 43
+    )
     batch = build_batch(
-        [(encode_key("payments-1"), encode_value(transit), ()), (encode_key("old"), None, ())],
+        [
+            (encode_key("payments-1"), encode_value(transit), ()),
+            (encode_key("tv2"), encode_value(v2), ()),
+            (encode_key("old"), None, ()),
+        ],
         timestamp_ms=1,
     )
     directory = tmp_path / "__transaction_state-7"
@@ -50,3 +58,6 @@ def test_transaction_log_records_are_decoded(
     assert "transactionalId: payments-1 producerId: 42 producerEpoch: 3" in out
     assert "state: Ongoing partitions: [out-2]" in out
     assert "transactionalId: old <tombstone: the id expired>" in out
+    assert "nextProducerId: -1 clientTransactionVersion: 0" in out
+    assert "state: PrepareCommit" in out
+    assert "nextProducerId: 43 clientTransactionVersion: 2" in out

@@ -19,6 +19,7 @@ from onceflow.coordinator.group import (
 )
 from onceflow.coordinator.group.offsets import GroupKey, OffsetKey, decode_key
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.txn_support import TxnSupport
 
 T = TypeVar("T")
 TP0 = TopicPartition("t", 0)
@@ -41,7 +42,11 @@ class GatedLog(InMemoryOffsetsLog):
         self.gate.set()
 
     async def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
         if self.fail_with is not None:
             raise self.fail_with

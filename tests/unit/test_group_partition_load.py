@@ -26,6 +26,7 @@ from onceflow.coordinator.group import (
 from onceflow.coordinator.group.log import LogEntry
 from onceflow.coordinator.group.results import JoinResult, SyncResult
 from onceflow.errors import ErrorCode
+from onceflow.protocol.txn_support import TxnSupport
 
 T = TypeVar("T")
 TP0 = TopicPartition("t", 0)
@@ -124,11 +125,15 @@ class GatedLog(InMemoryOffsetsLog):
         self.reads: list[int] = []
 
     async def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
         if self.append_gate is not None:
             await self.append_gate.wait()
-        return await super().append(partition, batch, transactional_id)
+        return await super().append(partition, batch, transactional_id, support)
 
     def read(self, partition: int) -> AsyncIterator[LogEntry]:  # type: ignore[override]
         self.reads.append(partition)

@@ -23,6 +23,7 @@ from onceflow.coordinator.group import (
 from onceflow.coordinator.group.log import LogEntry
 from onceflow.coordinator.group.offsets import OffsetKey, decode_key, decode_offset_value
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.batch import parse_header
 
 T = TypeVar("T")
@@ -360,9 +361,13 @@ class SlowLog(InMemoryOffsetsLog):
         self.release = asyncio.Event()
 
     async def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
-        offset = await super().append(partition, batch, transactional_id)
+        offset = await super().append(partition, batch, transactional_id, support)
         await self.release.wait()
         return offset
 

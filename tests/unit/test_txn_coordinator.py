@@ -22,7 +22,7 @@ from onceflow.coordinator.transaction.state import (
     TxnState,
     check_transition,
 )
-from onceflow.errors import ErrorCode
+from onceflow.errors import ErrorCode, KafkaError
 from onceflow.records.record import decode_records
 from onceflow.storage.fs import SimFileSystem
 
@@ -250,21 +250,32 @@ def test_a_stalled_transaction_is_aborted_by_timeout_and_its_producer_fenced() -
 
 
 def test_verify_accepts_only_partitions_of_the_ongoing_transaction() -> None:
+    """Kafka's verify-only answers (TransactionCoordinator.handleVerifyPartitionsInTransaction),
+    which the broker maps for the client's version."""
+
+    def refusal(txn_id: str, pid: int, epoch: int, tp: tuple[str, int]) -> ErrorCode:
+        with pytest.raises(KafkaError) as refused:
+            coord.verify(txn_id, pid, epoch, tp)
+        return refused.value.code
+
     async def go() -> None:
-        coord, _, _, _ = make()
         init = await coord.init_producer_id("t", 10_000)
         pid, epoch = init.producer_id, init.producer_epoch
         await coord.add_partitions("t", pid, epoch, [("a", 0)])
         coord.verify("t", pid, epoch, ("a", 0))
-        for tp in [("a", 1)]:
-            with pytest.raises(Exception, match="not part of an ongoing"):
-                coord.verify("t", pid, epoch, tp)
+        assert refusal("t", pid, epoch, ("a", 1)) is ErrorCode.transaction_abortable
+        assert refusal("t", pid + 1, epoch, ("a", 0)) is ErrorCode.invalid_producer_id_mapping
+        assert refusal("other", pid, epoch, ("a", 0)) is ErrorCode.invalid_producer_id_mapping
+        assert refusal("t", pid, epoch + 1, ("a", 0)) is ErrorCode.producer_fenced
+        assert refusal("t", pid, epoch - 1, ("a", 0)) is ErrorCode.producer_fenced
         await coord.end_txn("t", pid, epoch, commit=False)
+        # Markers being written: the transaction is ending (retriable for the producer).
+        assert refusal("t", pid, epoch, ("a", 0)) is ErrorCode.concurrent_transactions
         await settle()
         # A produce that arrives after the abort cannot open a hanging transaction.
-        with pytest.raises(Exception, match="not part of an ongoing"):
-            coord.verify("t", pid, epoch, ("a", 0))
+        assert refusal("t", pid, epoch, ("a", 0)) is ErrorCode.transaction_abortable
 
+    coord, _, _, _ = make()
     run(go())
 
 

@@ -44,6 +44,7 @@ from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
+from onceflow.protocol.txn_support import TxnSupport, verification_error
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.replication.partition import Partition, Role
 from onceflow.storage.cleaner import LogCleaner
@@ -66,13 +67,28 @@ TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
 CLUSTER_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
-_COORDINATOR_MOVING = frozenset(
+# Verification answers that older clients would not retry from Produce: Kafka hands them
+# over as the retriable NOT_ENOUGH_REPLICAS, which needs no metadata refresh (the last one
+# is Onceflow's: the coordinator's broker could not be reached).
+_RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset(
     {
         ErrorCode.not_coordinator,
         ErrorCode.coordinator_not_available,
         ErrorCode.coordinator_load_in_progress,
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.not_leader_or_follower,
     }
 )
+
+
+def _client_code(code: ErrorCode, support: TxnSupport) -> ErrorCode:
+    """A verification refusal as the writing client is answered (Kafka's ReplicaManager)."""
+    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
+        return ErrorCode.not_enough_replicas
+    return verification_error(code, support)
+
+
 #: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
 INTERNAL_WRITE_TIMEOUT_MS = 5000
 
@@ -88,6 +104,8 @@ class Broker:
         self.log_dir = config.log_dirs[0]
         self.max_request_bytes = config.socket_request_max_bytes
         self.cluster_id = ""
+        # Topic names by id, as last built: a hint only, each hit checked (topic_name_by_id).
+        self._names_by_id: dict[uuid.UUID, str] = {}
         self.disk = DiskSpaceGuard(
             self.fs,
             self.log_dir,
@@ -473,6 +491,17 @@ class Broker:
         ids = ((self.topic_id(name), name) for name in self.topic_names())
         return {topic_id: name for topic_id, name in ids if topic_id is not None}
 
+    def topic_name_by_id(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if no topic has it. For requests that
+        name topics by id (Produce v13): a remembered name is used once the topic it names
+        still has this id, so a request costs a lookup per topic, not a walk of them all
+        (which happens only when the id is new or its topic was deleted or recreated)."""
+        name = self._names_by_id.get(topic_id)
+        if name is not None and self.topic_id(name) == topic_id:
+            return name
+        self._names_by_id = self.topics_by_id()
+        return self._names_by_id.get(topic_id)
+
     def topic_configs(self, name: str) -> dict[str, str] | None:
         if self.cluster is not None:
             meta = self.cluster.topic(name)
@@ -755,31 +784,91 @@ class Broker:
         topic: str,
         partition: int,
         verified: RemoteVerification | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> None:
         """KIP-890: a transactional write is appended only to a partition of its producer's
         ongoing transaction. Asked of the local coordinator at once; a remote one is asked
         by the caller (RemoteVerification raised here), which then calls again with its
-        answer, `verified`."""
+        answer, `verified`. A refusal is raised with the code the client's request version
+        (`support`) understands. A transaction version 2 write (`support` ADD_PARTITION)
+        adds its partition to the transaction the same way, whatever the switch says."""
+        if support is TxnSupport.ADD_PARTITION and transactional_id is not None:
+            self._add_by_write(transactional_id, header, topic, partition, verified, support)
+            return
         if not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
         coordinator = self.txn_coordinator
-        if (
-            self.cluster is not None
-            and transactional_id is not None
-            and coordinator.coordinator_error(transactional_id) is ErrorCode.not_coordinator
-        ):
-            self._verify_remotely(transactional_id, header, topic, partition, verified)
+        if self._coordinator_elsewhere(transactional_id):
+            assert transactional_id is not None
+            self._verify_remotely(transactional_id, header, topic, partition, verified, support)
             return
         try:
             coordinator.verify(
                 transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
             )
         except KafkaError as exc:
-            if exc.code in _COORDINATOR_MOVING:
-                # As Kafka: a producer does not act on coordinator errors from Produce, so
-                # they reach it as the retriable NOT_ENOUGH_REPLICAS.
-                raise KafkaError(ErrorCode.not_enough_replicas, exc.message) from exc
-            raise
+            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
+
+    def _coordinator_elsewhere(self, transactional_id: str | None) -> bool:
+        return (
+            self.cluster is not None
+            and transactional_id is not None
+            and self.txn_coordinator.coordinator_error(transactional_id)
+            is ErrorCode.not_coordinator
+        )
+
+    def _add_by_write(
+        self,
+        transactional_id: str,
+        header: BatchHeader,
+        topic: str,
+        partition: int,
+        verified: RemoteVerification | None,
+        support: TxnSupport,
+    ) -> None:
+        """Transaction version 2: the first write of a transaction to a partition adds the
+        partition (the caller asks the coordinator, `RemoteVerification` with `add`, and
+        calls again with the answer). With the coordinator here, the transaction is then
+        verified in the same step as the append, so it cannot have ended in between; with
+        it elsewhere, a marker written meanwhile means the answer may be stale (retry)."""
+        plog = self.leader_log(topic, partition)
+        entry = plog.producer_state.producers.get(header.producer_id)
+        open_here = (
+            entry is not None
+            and entry.epoch == header.producer_epoch
+            and entry.txn_first_offset != NO_TXN
+        )
+        markers = plog.markers_written.get(header.producer_id, 0)
+        if verified is None and not open_here:
+            raise RemoteVerification(
+                transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                topic,
+                partition,
+                markers,
+                add=True,
+            )
+        if verified is not None:
+            if markers != verified.markers_before:
+                raise KafkaError(
+                    ErrorCode.not_enough_replicas,
+                    f"{plog.name}: a transaction ended while the partition was added; retry",
+                )
+            if verified.error is not ErrorCode.none:
+                raise KafkaError(
+                    _client_code(verified.error, support),
+                    f"{plog.name}: the transaction coordinator did not add the partition "
+                    f"({verified.error.name.lower()})",
+                )
+        if self._coordinator_elsewhere(transactional_id):
+            return  # added (or open here, so still ongoing) at this epoch
+        try:
+            self.txn_coordinator.verify(
+                transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+            )
+        except KafkaError as exc:
+            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
 
     def _verify_remotely(
         self,
@@ -788,6 +877,7 @@ class Broker:
         topic: str,
         partition: int,
         verified: RemoteVerification | None,
+        support: TxnSupport,
     ) -> None:
         plog = self.leader_log(topic, partition)
         entry = plog.producer_state.producers.get(header.producer_id)
@@ -814,34 +904,68 @@ class Broker:
                 f"{plog.name}: a transaction ended during verification; retry",
             )
         if verified.error is not ErrorCode.none:
-            code = verified.error
-            if code in _COORDINATOR_MOVING or code is ErrorCode.not_leader_or_follower:
-                code = ErrorCode.not_enough_replicas
-            raise KafkaError(code, f"{plog.name}: the transaction coordinator refused the write")
+            raise KafkaError(
+                _client_code(verified.error, support),
+                f"{plog.name}: the transaction coordinator refused the write "
+                f"({verified.error.name.lower()})",
+            )
 
     async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
-        """Ask the transactional id's coordinator (another broker) whether the partition is
-        in the producer's ongoing transaction; the answer goes back to
-        verify_transactional."""
+        """The answer for one write; see `ask_coordinator_all`."""
+        (answer,) = await self.ask_coordinator_all([need])
+        return answer
+
+    async def ask_coordinator_all(
+        self, needs: list[RemoteVerification]
+    ) -> list[RemoteVerification]:
+        """Ask the transactional ids' coordinators, once per producer and kind, whether the
+        partitions are in the producer's ongoing transaction (KIP-890), or for transaction
+        version 2 writes (`add`) to add them: one transaction-log record (and one
+        AddPartitionsToTxn when the coordinator is elsewhere) for all the first writes of a
+        Produce request, as Kafka's AddPartitionsToTxnManager batches them. The answers, in
+        the order of `needs`, go back to verify_transactional."""
+        groups: dict[tuple[str, int, int, bool], list[int]] = {}
+        for i, need in enumerate(needs):
+            key = (need.transactional_id, need.producer_id, need.producer_epoch, need.add)
+            groups.setdefault(key, []).append(i)
+        answers = list(needs)
+        for key, indices in groups.items():
+            errors = await self._ask(*key, [(needs[i].topic, needs[i].partition) for i in indices])
+            for i in indices:
+                need = needs[i]
+                answers[i] = dataclasses.replace(need, error=errors[(need.topic, need.partition)])
+        return answers
+
+    async def _ask(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        add: bool,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        if add and not self._coordinator_elsewhere(transactional_id):
+            error = await self.txn_coordinator.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, client_version=2
+            )
+            return dict.fromkeys(partitions, error)
         assert self.cluster is not None
-        cache = self.cluster.cache
-        txn_partition = self.txn_coordinator.partition_for(need.transactional_id)
-        coordinator = cache.leader_of(TXN_TOPIC, txn_partition)
+        txn_partition = self.txn_coordinator.partition_for(transactional_id)
+        coordinator = self.cluster.cache.leader_of(TXN_TOPIC, txn_partition)
         try:
-            error = await self.cluster.peers.verify(
-                coordinator,
-                need.transactional_id,
-                need.producer_id,
-                need.producer_epoch,
-                need.topic,
-                need.partition,
+            return await self.cluster.peers.verify(
+                coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add
             )
         except KafkaError as exc:
-            error = exc.code
-        return dataclasses.replace(need, error=error)
+            return dict.fromkeys(partitions, exc.code)
 
     async def append_internal(
-        self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
         """Append a batch the broker built itself; return once it is durable.
 
@@ -856,10 +980,14 @@ class Broker:
         headers = [b.header for b in scanned]
         if headers[0].is_transactional:
             try:
-                self.verify_transactional(transactional_id, headers[0], topic, partition)
+                self.verify_transactional(
+                    transactional_id, headers[0], topic, partition, support=support
+                )
             except RemoteVerification as need:
                 answer = await self.ask_coordinator(need)
-                self.verify_transactional(transactional_id, headers[0], topic, partition, answer)
+                self.verify_transactional(
+                    transactional_id, headers[0], topic, partition, answer, support
+                )
         self.check_replicas(plog, -1)
         result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
@@ -891,6 +1019,7 @@ class RemoteVerification(Exception):
     topic: str
     partition: int
     markers_before: int
+    add: bool = False  # transaction version 2: add the partition, not only verify it
     error: ErrorCode = ErrorCode.none
 
 
@@ -901,9 +1030,15 @@ class _OffsetsTopicLog:
         self._broker = broker
 
     def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> Awaitable[int]:
-        return self._broker.append_internal(OFFSETS_TOPIC, partition, batch, transactional_id)
+        return self._broker.append_internal(
+            OFFSETS_TOPIC, partition, batch, transactional_id, support
+        )
 
     def read(self, partition: int) -> Iterable[LogEntry]:
         return self._broker.read_internal(OFFSETS_TOPIC, partition)

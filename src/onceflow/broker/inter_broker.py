@@ -7,7 +7,9 @@
   refuses for good (an older producer or coordinator epoch) is dropped, as a local one is.
 - AddPartitionsToTxn v4 with verify_only (KIP-890, as Kafka 3.6+ brokers send it), from a
   partition leader to the transaction coordinator of a transactional write's id: the write
-  is appended only if the partition is in that producer's ongoing transaction.
+  is appended only if the partition is in that producer's ongoing transaction. For a
+  transaction version 2 write (Produce v12, TxnOffsetCommit v5), v5 without verify_only:
+  the coordinator adds the partition to the transaction (KIP-890 part 2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MARKERS_VERSION = 1
 VERIFY_VERSION = 4
+ADD_VERSION = 5
 TIMEOUT_S = 30.0
 #: Answers that mean "not written yet, try again" rather than "never needed".
 RETRIABLE = frozenset(
@@ -91,36 +94,44 @@ class InterBroker:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        topic: str,
-        partition: int,
-    ) -> ErrorCode:
-        """The coordinator's answer on whether (topic, partition) is in the producer's
-        ongoing transaction: NONE, or the error the write must be refused with."""
-        module = load_payload_module(
-            ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, EntityType.request
-        )
+        partitions: list[tuple[str, int]],
+        *,
+        add: bool = False,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """The coordinator's answer, per partition, on whether it is in the producer's
+        ongoing transaction: NONE, or the error the write must be refused with. With
+        `add` (transaction version 2 writes) the coordinator adds them instead: v5 without
+        verify_only, as Kafka 4 brokers send it. One request for all the partitions."""
+        version = ADD_VERSION if add else VERIFY_VERSION
+        module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, version, EntityType.request)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in partitions:
+            by_topic[topic].append(partition)
         transaction = build(
             module.AddPartitionsToTxnTransaction,
             transactional_id=transactional_id,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            verify_only=True,
-            topics=(build(module.AddPartitionsToTxnTopic, name=topic, partitions=(partition,)),),
+            verify_only=not add,
+            topics=tuple(
+                build(module.AddPartitionsToTxnTopic, name=topic, partitions=tuple(numbers))
+                for topic, numbers in by_topic.items()
+            ),
         )
         request = build(
-            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION),
-            transactions=(transaction,),
+            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=(transaction,)
         )
-        response = await self._request(
-            coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, request
-        )
+        response = await self._request(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, version, request)
         if response.error_code != ErrorCode.none:
-            return ErrorCode(response.error_code)
-        for result in response.results_by_transaction:
-            for topic_result in result.topic_results:
-                for part in topic_result.results_by_partition:
-                    return ErrorCode(part.partition_error_code)
-        return ErrorCode.unknown_server_error  # an answer without our partition
+            return dict.fromkeys(partitions, ErrorCode(response.error_code))
+        answers = {
+            (topic_result.name, part.partition_index): ErrorCode(part.partition_error_code)
+            for result in response.results_by_transaction
+            for topic_result in result.topic_results
+            for part in topic_result.results_by_partition
+        }
+        # A partition the answer left out was not checked: refused.
+        return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     async def write(
         self,

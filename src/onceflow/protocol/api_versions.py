@@ -61,7 +61,7 @@ class ApiKey(IntEnum):
 # version in the range. The minimums are Kafka 4.0's (KIP-896 removed older versions, and
 # kio's schemas start there too).
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 10),
+    ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 10),
     ApiKey.METADATA: (0, 13),
@@ -79,11 +79,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
@@ -107,22 +107,26 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 
-# Feature levels (KIP-584) in ApiVersions v3+: (min, max) supported and the level finalized,
-# per feature. Level 0 is the behaviour from before the feature. Not implemented yet:
-# transaction.version 1-2 (KIP-890: flexible transaction-log records, then an epoch bump at
-# every transaction end, which the Java producer turns on when transaction.version >= 2 is
-# finalized) and group.version 1 (KIP-848's consumer protocol), so every client keeps the
-# classic paths. Raise a level only with its feature, and the epoch with every change of
-# FINALIZED_FEATURES: clients keep the finalized levels of the highest epoch they have seen.
+# Feature levels (KIP-584) in ApiVersions v3+: (min, max) supported, per feature. Level 0 is
+# the behaviour from before the feature. transaction.version 1 is Kafka's flexible
+# transaction-log records (nothing a client sees), 2 KIP-890 part 2 (an epoch bump at every
+# transaction end, which the Java producer turns on when transaction.version >= 2 is
+# finalized); every version of the APIs is served whatever the level, as in Kafka, so a
+# client decides. group.version 1 (KIP-848's consumer protocol) is not implemented yet.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "group.version": (0, 0),
-    "transaction.version": (0, 0),
+    "transaction.version": (0, 2),
 }
-FINALIZED_FEATURES: dict[str, int] = {
-    "group.version": 0,
-    "transaction.version": 0,
-}
+# The epoch of level 0 everywhere. Clients keep the finalized levels of the highest epoch
+# they have seen, so every change of the levels must raise the epoch: `finalized_features`
+# adds the transaction level to it.
 FINALIZED_FEATURES_EPOCH = 0
+
+
+def finalized_features(transaction_version: int) -> tuple[dict[str, int], int]:
+    """The finalized levels (the broker's `onceflow.transaction.version`) and their epoch."""
+    levels = {"group.version": 0, "transaction.version": transaction_version}
+    return levels, FINALIZED_FEATURES_EPOCH + transaction_version
 
 
 #: What ApiVersions lists: the served ranges, but Produce from v0, as Kafka 4.x lists it

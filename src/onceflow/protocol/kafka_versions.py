@@ -107,7 +107,6 @@ KAFKA_4_1: dict[int, KafkaApi] = {
     92: KafkaApi("DeleteShareGroupOffsets", 0, 0),
 }
 
-_NOT_YET = "newer versions not yet (issue 13)"
 _SHARE_GROUPS = "share groups (KIP-932, a preview in Kafka 4.1) are not implemented"
 _DELEGATION_TOKENS = "delegation tokens are not supported"
 _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
@@ -115,20 +114,11 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # Why Onceflow's advertised range differs from Kafka 4.1's, per API key. One line per API:
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
-    0: (
-        "v11 (TRANSACTION_ABORTABLE for a write outside the transaction) not yet; v12 only "
-        "with transaction version 2 (KIP-890 part 2), v13 topic ids"
-    ),
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
-    22: _NOT_YET,
-    24: _NOT_YET,
-    25: _NOT_YET,
-    26: _NOT_YET,
     27: (
         "v2 (Kafka 4.2, KIP-1228: the marker's transaction version) is advertised too, "
         "a superset: Onceflow's brokers send v1"
     ),
-    28: _NOT_YET,
     34: "not implemented: replicas do not move between a broker's log dirs",
     38: _DELEGATION_TOKENS,
     39: _DELEGATION_TOKENS,

@@ -21,15 +21,16 @@ from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import (
     ADVERTISED_VERSIONS,
-    FINALIZED_FEATURES,
-    FINALIZED_FEATURES_EPOCH,
     SUPPORTED_FEATURES,
     SUPPORTED_VERSIONS,
     ApiKey,
+    finalized_features,
 )
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+# Feature levels are answered from this version (KIP-584).
+_FEATURES = 3
 # From this version a supported feature with minimum level 0 may be listed.
 _LEVEL_ZERO_LISTED = 4
 
@@ -54,17 +55,18 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
         if lo > 0 or version >= _LEVEL_ZERO_LISTED
     )
+    levels, epoch = finalized_features(ctx.broker.config.onceflow_transaction_version)
     finalized = tuple(
         ctx.entity("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
-        for name, lvl in sorted(FINALIZED_FEATURES.items())
-        if lvl != 0
+        for name, lvl in sorted(levels.items())
+        if lvl != 0 and version >= _FEATURES
     )
     return ctx.response(
         error_code=ErrorCode.none,
         api_keys=keys,
         throttle_time=datetime.timedelta(0),
         supported_features=supported,
-        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+        finalized_features_epoch=epoch,
         finalized_features=finalized,
         zk_migration_ready=False,
     )

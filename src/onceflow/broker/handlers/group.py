@@ -27,6 +27,7 @@ from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.coordinator.group import GroupCoordinator, OffsetCommitEntry, TopicPartition
 from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.errors import ErrorCode
+from onceflow.protocol import txn_support
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
 
@@ -348,10 +349,11 @@ def _commit_response(
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    """TxnOffsetCommit v0-v3: offsets that take effect only if the producer's txn commits.
+    """TxnOffsetCommit v0-v4: offsets that take effect only if the producer's txn commits.
 
     v2 adds the leader epoch, v3 the member id, generation and instance id (KIP-447), which
-    older versions lack and the coordinator then does not check.
+    older versions lack and the coordinator then does not check; v4 clients understand
+    TRANSACTION_ABORTABLE (KIP-890) when the group's partition is not in the transaction.
     """
     denied = None
     if not ctx.authorized(
@@ -373,6 +375,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             getattr(request, "generation_id", -1),
             getattr(request, "group_instance_id", None),
             entries,
+            txn_support.for_txn_offset_commit(ctx.api_version),
         )
     return _commit_response(ctx, request, errors, "TxnOffsetCommit")
 

@@ -25,7 +25,8 @@ from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
 from onceflow.broker.handlers.fetch import LEADER_MOVED, current_leader, node_endpoints
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
-from onceflow.protocol import codec
+from onceflow.protocol import codec, txn_support
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.batch import BatchHeader, validate_produced_batches
 from onceflow.records.record import decode_records
 from onceflow.security.acl import AclOperation, ResourceType
@@ -33,6 +34,8 @@ from onceflow.storage.partition_log import AppendResult, PartitionLog
 
 if TYPE_CHECKING:
     from onceflow.broker.broker import Broker
+
+_TOPIC_IDS = 13  # Produce v13 names topics by id (KIP-516)
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -45,64 +48,51 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if not _transaction_authorized(ctx, request):
         error = ErrorCode.transactional_id_authorization_failed
         return NO_RESPONSE if acks == 0 else _refused(ctx, request, error)
-    denied = _denied_topics(ctx, request)
+    names = _topic_names(ctx, request)
+    denied = _denied_topics(ctx, names)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    step = _PartitionStep(ctx, request, txn_support.for_produce(ctx.api_version), timeout_ms)
+    # One answer per partition, in the request's order; None while the partition's first
+    # transactional write waits for the coordinator, who is asked once for all of them.
+    answers: list[list[_Answer | None]] = []
+    asking: list[tuple[int, int, RemoteVerification]] = []
+    for topic_data, name in zip(request.topic_data, names, strict=True):
+        row: list[_Answer | None] = []
+        for data in topic_data.partition_data:
+            outcome = step.run(name, data, denied)
+            if isinstance(outcome, RemoteVerification):
+                asking.append((len(answers), len(row), outcome))
+                row.append(None)
+            else:
+                row.append(outcome)
+        answers.append(row)
+    if asking:
+        replies = await broker.ask_coordinator_all([need for _, _, need in asking])
+        for (t, p, _), reply in zip(asking, replies, strict=True):
+            topic_data = request.topic_data[t]
+            outcome = step.run(names[t], topic_data.partition_data[p], denied, reply)
+            assert not isinstance(outcome, RemoteVerification)  # answered: never asks again
+            answers[t][p] = outcome
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
-    topics: list[Any] = []
     leaders: set[int] = set()  # named in NOT_LEADER_OR_FOLLOWER answers (v10+)
-    for topic_data in request.topic_data:
-        partitions: list[Any] = []
-        for data in topic_data.partition_data:
-            error = ErrorCode.none
-            message = None
-            base_offset = -1
-            log_start = -1
-            append_time: datetime.datetime | None = None
-            leader = None
-            try:
-                if topic_data.name in denied:
-                    raise KafkaError(ErrorCode.topic_authorization_failed)
-                try:
-                    plog, result = _append(
-                        broker, request.transactional_id, topic_data.name, data, acks
-                    )
-                except RemoteVerification as need:  # first write of a txn, coordinator elsewhere
-                    answer = await broker.ask_coordinator(need)
-                    plog, result = _append(
-                        broker, request.transactional_id, topic_data.name, data, acks, answer
-                    )
-                base_offset, log_start = result.first_offset, result.log_start_offset
-                if result.log_append_time >= 0:
-                    append_time = datetime.datetime.fromtimestamp(
-                        result.log_append_time / 1000, datetime.UTC
-                    )
-                wait = broker.acknowledgement(plog, result.last_offset, acks, timeout_ms)
-                if wait is not None:
-                    waits.append(wait)
-                    waiting.append((len(topics), len(partitions)))
-            except KafkaError as exc:
-                error, message = exc.code, exc.message or None
-                if ctx.api_version >= 10 and error in LEADER_MOVED:
-                    leader_id, epoch = current_leader(ctx, topic_data.name, data.index)
-                    leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
-                    leaders.add(leader_id)
-            partitions.append(
-                ctx.entity(
-                    "PartitionProduceResponse",
-                    index=data.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=append_time,  # None (-1): the producer's CreateTime
-                    log_start_offset=log_start,
-                    record_errors=(),
-                    error_message=message,
-                    **({} if leader is None else {"current_leader": leader}),
-                )
-            )
+    topics: list[Any] = []
+    for t, (topic_data, name, row) in enumerate(
+        zip(request.topic_data, names, answers, strict=True)
+    ):
+        for p, answer in enumerate(row):
+            assert answer is not None
+            if answer.wait is not None:
+                waits.append(answer.wait)
+                waiting.append((t, p))
+            if answer.leader is not None:
+                leaders.add(answer.leader)
         topics.append(
             ctx.entity(
-                "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)
+                "TopicProduceResponse",
+                name=name,
+                topic_id=getattr(topic_data, "topic_id", None),
+                partition_responses=tuple(a.entity for a in row if a is not None),
             )
         )
     response = ctx.response(
@@ -115,6 +105,78 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if not waits:
         return response
     return Deferred(waits, response, lambda errors: _unacknowledged(response, waiting, errors))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer:
+    entity: Any  # the partition's PartitionProduceResponse
+    wait: asyncio.Future[None] | None  # the durability (acks) the answer waits for
+    leader: int | None  # a leader named in a NOT_LEADER_OR_FOLLOWER answer (v10+)
+
+
+class _PartitionStep:
+    """One partition of a Produce request: checked, appended and answered, or (a first
+    transactional write whose coordinator must be asked) the question to ask."""
+
+    def __init__(self, ctx: RequestContext, request: Any, support: TxnSupport, timeout_ms: int):
+        self._ctx = ctx
+        self._request = request
+        self._support = support
+        self._timeout_ms = timeout_ms
+
+    def run(
+        self,
+        name: str | None,
+        data: Any,
+        denied: frozenset[str],
+        verified: RemoteVerification | None = None,
+    ) -> _Answer | RemoteVerification:
+        ctx, broker, acks = self._ctx, self._ctx.broker, self._request.acks
+        error = ErrorCode.none
+        message = None
+        base_offset = log_start = -1
+        append_time: datetime.datetime | None = None
+        wait = leader = leader_id = None
+        try:
+            if name is None:
+                raise KafkaError(ErrorCode.unknown_topic_id)
+            if name in denied:
+                raise KafkaError(ErrorCode.topic_authorization_failed)
+            try:
+                plog, result = _append(
+                    broker,
+                    self._request.transactional_id,
+                    name,
+                    data,
+                    acks,
+                    self._support,
+                    verified,
+                )
+            except RemoteVerification as need:  # the coordinator must be asked first
+                return need
+            base_offset, log_start = result.first_offset, result.log_start_offset
+            if result.log_append_time >= 0:
+                append_time = datetime.datetime.fromtimestamp(
+                    result.log_append_time / 1000, datetime.UTC
+                )
+            wait = broker.acknowledgement(plog, result.last_offset, acks, self._timeout_ms)
+        except KafkaError as exc:
+            error, message = exc.code, exc.message or None
+            if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
+                leader_id, epoch = current_leader(ctx, name, data.index)
+                leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
+        entity = ctx.entity(
+            "PartitionProduceResponse",
+            index=data.index,
+            error_code=error,
+            base_offset=base_offset,
+            log_append_time=append_time,  # None (-1): the producer's CreateTime
+            log_start_offset=log_start,
+            record_errors=(),
+            error_message=message,
+            **({} if leader is None else {"current_leader": leader}),
+        )
+        return _Answer(entity, wait, leader_id)
 
 
 def _endpoint_entity(ctx: RequestContext) -> Any:
@@ -131,13 +193,24 @@ def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
     )
 
 
-def _denied_topics(ctx: RequestContext, request: Any) -> frozenset[str]:
+def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
+    """Each topic's name: given before v13, looked up by its topic id from v13 (None for an
+    id no topic has: UNKNOWN_TOPIC_ID, before any authorization, and never auto-created)."""
+    if ctx.api_version < _TOPIC_IDS:
+        return [t.name for t in request.topic_data]
+    return [
+        None if t.topic_id is None else ctx.broker.topic_name_by_id(t.topic_id)
+        for t in request.topic_data
+    ]
+
+
+def _denied_topics(ctx: RequestContext, topics: list[str | None]) -> frozenset[str]:
     """Topics without WRITE, and (alone, where Produce auto-creates) missing topics the
     principal may not CREATE."""
     broker = ctx.broker
     if broker.authorizer is None:
         return frozenset()
-    names = {t.name for t in request.topic_data}
+    names = {name for name in topics if name is not None}
     denied = authz.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     if broker.cluster is None and broker.config.auto_create_topics_enable:
         missing = [n for n in names - denied if broker.topic_partition_count(n) is None]
@@ -152,7 +225,8 @@ def _refused(ctx: RequestContext, request: Any, error: ErrorCode) -> Any:
     topics = tuple(
         ctx.entity(
             "TopicProduceResponse",
-            name=topic.name,
+            name=getattr(topic, "name", None),
+            topic_id=getattr(topic, "topic_id", None),
             partition_responses=tuple(
                 ctx.entity(
                     "PartitionProduceResponse",
@@ -201,6 +275,7 @@ def _append(
     topic: str,
     data: Any,
     acks: int,
+    support: TxnSupport,
     verified: RemoteVerification | None = None,
 ) -> tuple[PartitionLog, AppendResult]:
     if acks not in (0, 1, -1):
@@ -224,7 +299,9 @@ def _append(
     if plog.config.cleanup_compact:
         require_keys(records, headers)
     if any(h.is_transactional for h in headers):
-        broker.verify_transactional(transactional_id, headers[0], topic, data.index, verified)
+        broker.verify_transactional(
+            transactional_id, headers[0], topic, data.index, verified, support
+        )
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
     broker.disk.admit_client_write()

@@ -1,5 +1,8 @@
 """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn.
 
+EndTxn v5 and AddPartitionsToTxn v5 without verify_only are transaction version 2 (KIP-890
+part 2): an epoch bump at every end, and a partition added by its leader for a write.
+
 Authorization is Kafka's, before the coordinator is asked: a transactional id needs WRITE
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer's InitProducerId needs
 IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED, KIP-679);
@@ -23,6 +26,8 @@ from onceflow.security.acl import AclOperation, ResourceType
 OFFSETS_TOPIC = "__consumer_offsets"
 _NO_THROTTLE = datetime.timedelta(0)
 TXN_DENIED = ErrorCode.transactional_id_authorization_failed
+_END_TXN_BUMPING = 5  # EndTxn v5: transaction version 2
+_ADDED_BY_WRITE = 5  # AddPartitionsToTxn v5 without verify_only: a broker adds for a TV2 write
 
 
 def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
@@ -146,7 +151,9 @@ def _refused_partitions(
 
 async def _add_partitions_batched(ctx: RequestContext, request: Any) -> Any:
     """v4+, sent by brokers (Kafka 3.6+): several transactions at once; with verify_only,
-    only whether each partition is in the producer's ongoing transaction (KIP-890)."""
+    only whether each partition is in the producer's ongoing transaction (KIP-890); from
+    v5 without it, the partition leader adding the partition a transaction version 2
+    write goes to (KIP-890 part 2)."""
     broker = ctx.broker
     if not authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
         return ctx.response(
@@ -169,7 +176,11 @@ async def _add_partitions_batched(ctx: RequestContext, request: Any) -> Any:
                     errors[tp] = exc.code
         else:
             error = await broker.txn_coordinator.add_partitions(
-                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+                txn.transactional_id,
+                txn.producer_id,
+                txn.producer_epoch,
+                wanted,
+                client_version=2 if ctx.api_version >= _ADDED_BY_WRITE else 0,
             )
             errors = dict.fromkeys(wanted, error)
         by_topic: dict[str, list[Any]] = {}
@@ -219,8 +230,25 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    """v5 is transaction version 2 (KIP-890 part 2): every end bumps the producer epoch,
+    and the answer carries the producer id and epoch of the next transaction."""
     if not _may_write(ctx, request.transactional_id):
-        return ctx.response(throttle_time=_NO_THROTTLE, error_code=TXN_DENIED)
+        return ctx.response(
+            throttle_time=_NO_THROTTLE, error_code=TXN_DENIED, producer_id=-1, producer_epoch=-1
+        )
+    if ctx.api_version >= _END_TXN_BUMPING:
+        result = await ctx.broker.txn_coordinator.end_txn_bumping(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            bool(request.committed),
+        )
+        return ctx.response(
+            throttle_time=_NO_THROTTLE,
+            error_code=result.error,
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
+        )
     error = await ctx.broker.txn_coordinator.end_txn(
         request.transactional_id,
         request.producer_id,

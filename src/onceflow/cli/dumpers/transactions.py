@@ -59,4 +59,5 @@ def format_txn_record(record: Record) -> str:
         f"lastProducerEpoch: {t.last_producer_epoch} state: {t.state.display} "
         f"partitions: [{partitions}] txnTimeoutMs: {t.timeout_ms} "
         f"txnStartTimestamp: {t.start_ms} txnLastUpdateTimestamp: {t.update_ms}"
+        f" nextProducerId: {t.next_producer_id} clientTransactionVersion: {t.client_version}"
     )

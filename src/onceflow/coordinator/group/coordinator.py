@@ -49,6 +49,7 @@ from onceflow.coordinator.group.results import (
 )
 from onceflow.coordinator.group.state import GroupState
 from onceflow.errors import ErrorCode
+from onceflow.protocol.txn_support import TxnSupport
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +481,7 @@ class GroupCoordinator:
         generation_id: int,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetCommitEntry],
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> dict[TopicPartition, ErrorCode]:
         """Write offsets inside a producer's transaction; visible once its COMMIT lands.
 
@@ -508,6 +510,7 @@ class GroupCoordinator:
             transactional_id=transactional_id,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
+            support=support,
         )
 
     def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Awaitable, Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, parse_header
 from onceflow.records.builder import build_batch
 from onceflow.records.control import ControlType, build_control_batch, parse_control_record
@@ -41,7 +42,11 @@ class LogEntry(NamedTuple):
 
 class OffsetsLog(Protocol):
     def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> Awaitable[object]:
         """Append one record batch to __consumer_offsets-<partition> (an async def will do).
 
@@ -130,7 +135,11 @@ class InMemoryOffsetsLog:
         self._next_offset: dict[int, int] = {}
 
     async def append(
-        self, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> int:
         if self.fail_with is not None:
             raise self.fail_with

@@ -44,6 +44,7 @@ from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import InvariantViolation
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.control import ControlType
 
 _logger = log = logging.getLogger(__name__)
@@ -339,6 +340,7 @@ class GroupMetadataManager:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
+        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> dict[TopicPartition, ErrorCode]:
         """Write a TxnOffsetCommit as one transactional batch; its offsets stay pending.
 
@@ -367,7 +369,7 @@ class GroupMetadataManager:
         try:
             partition = self.partition_for(group_id)
             await self._logged(
-                partition, self._log.append(partition, batch, transactional_id), group_id
+                partition, self._log.append(partition, batch, transactional_id, support), group_id
             )
         except Exception as exc:
             group.offsets.finish_txn_append(append, appended=False)

@@ -9,7 +9,8 @@ them; markers written twice are harmless.
 
 Zombies are fenced by epochs: a new producer with the same transactional id, or the timeout
 of a stalled transaction, bumps the epoch, and the abort markers carry the bumped epoch to
-every partition, where the older epoch is rejected from then on.
+every partition, where the older epoch is rejected from then on. With transaction version 2
+(EndTxn v5, `end_txn_bumping`) every end bumps it the same way.
 
 Which transactional ids are coordinated here goes by `__transaction_state` partition, each
 served at its own coordinator epoch, which every marker of its transactions carries (a
@@ -324,10 +325,8 @@ class TransactionCoordinator:
         now = self._clock.now_ms()
         meta = self.txns.get(transactional_id)
         if meta is None:
-            try:
-                producer_id = self._producer_ids.next_id()
-            except OSError as exc:
-                self._log_failures.failed("producer id block", exc)
+            producer_id = self._next_producer_id()
+            if producer_id is None:
                 return InitResult(ErrorCode.coordinator_not_available)
             meta = TransactionMetadata(
                 TxnTransit(
@@ -359,10 +358,8 @@ class TransactionCoordinator:
                 error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
         if meta.epoch_exhausted and (not expected or expected_epoch == meta.producer_epoch):
-            try:
-                new_id = self._producer_ids.next_id()
-            except OSError as exc:
-                self._log_failures.failed("producer id block", exc)
+            new_id = self._next_producer_id()
+            if new_id is None:
                 return InitResult(ErrorCode.coordinator_not_available)
             changes: dict[str, object] = {
                 "producer_id": new_id,
@@ -394,7 +391,12 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        client_version: int = 0,
     ) -> ErrorCode:
+        """Add partitions to the producer's transaction, starting one if none is ongoing.
+        `client_version` 2: the write itself adds its partition (a Produce v12 or
+        TxnOffsetCommit v5 through its broker), and the transaction it starts ends with an
+        epoch bump."""
         await self._wait_for_end(transactional_id)
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
@@ -415,6 +417,7 @@ class TransactionCoordinator:
             partitions=frozenset(wanted if starting else meta.partitions | wanted),
             start_ms=now if starting else meta.start_ms,
             update_ms=now,
+            client_version=client_version if starting else meta.client_version,
         )
 
     async def end_txn(
@@ -444,6 +447,76 @@ class TransactionCoordinator:
             return retry_of_same[1]
         return ErrorCode.invalid_txn_state
 
+    async def end_txn_bumping(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> InitResult:
+        """EndTxn v5 (transaction version 2, KIP-890 part 2): end the transaction with the
+        producer epoch bumped, so no write of it at the old epoch can join the next one.
+        The markers carry the bumped epoch; the answer is the producer id and epoch for the
+        next transaction. An exhausted epoch rolls to a new producer id, taken in the
+        Prepare record and in effect from the Complete record, as Kafka does. A retry at
+        the epoch before the bump is answered as the first call was; a transaction that
+        added nothing may be aborted (an empty abort, still bumping)."""
+        if not transactional_id:
+            return InitResult(ErrorCode.invalid_request)
+        status = self._status(transactional_id)
+        if status is not None:
+            return InitResult(status)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return InitResult(ErrorCode.invalid_producer_id_mapping)
+        if meta.pending is not None:
+            return InitResult(ErrorCode.concurrent_transactions)
+        rolled_over = (
+            producer_id == meta.last_producer_id
+            and producer_id != meta.producer_id
+            and producer_epoch == MAX_EPOCH - 1
+            and meta.producer_epoch == 0
+        )
+        if producer_id != meta.producer_id and not rolled_over:
+            return InitResult(ErrorCode.invalid_producer_id_mapping)
+        retry = rolled_over or (
+            producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+        )
+        if not _valid_v2_end_epoch(meta.state, producer_epoch == meta.producer_epoch, retry):
+            return InitResult(ErrorCode.producer_fenced)
+        now_state = _V2_END.get((meta.state, commit, retry))
+        if now_state is None:
+            return InitResult(ErrorCode.invalid_txn_state)
+        if now_state == "done":
+            return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+        if now_state == "ending":
+            return InitResult(ErrorCode.concurrent_transactions)
+        if meta.producer_epoch >= MAX_EPOCH:  # fenced at the last epoch: InitProducerId rolls
+            return InitResult(ErrorCode.producer_fenced)
+        next_producer_id = NO_PRODUCER_ID
+        if meta.producer_epoch >= MAX_EPOCH - 1:
+            taken = self._next_producer_id()
+            if taken is None:
+                return InitResult(ErrorCode.coordinator_not_available)
+            next_producer_id = taken
+        now = self._clock.now_ms()
+        changes: dict[str, object] = {
+            "producer_epoch": meta.producer_epoch + 1,
+            "last_producer_epoch": meta.producer_epoch,
+            "client_version": 2,
+            "next_producer_id": next_producer_id,
+            "update_ms": now,
+        }
+        if now_state == "empty abort":
+            changes.update(partitions=frozenset(), start_ms=now)
+        error = await self._transition_then(
+            meta,
+            TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            lambda: self._start_finish(meta, commit, "client"),
+            changes,
+        )
+        if error is not ErrorCode.none:
+            return InitResult(error)
+        if next_producer_id != NO_PRODUCER_ID:
+            return InitResult(ErrorCode.none, next_producer_id, 0)
+        return InitResult(ErrorCode.none, producer_id, producer_epoch + 1)
+
     def verify(
         self,
         transactional_id: str | None,
@@ -455,8 +528,13 @@ class TransactionCoordinator:
         partition of that producer's ongoing transaction at that epoch. A produce that
         arrives after its transaction ended can therefore never open a new one.
 
-        An id not served here raises NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while
-        its partition loads: retriable, unlike a transaction that is not ongoing."""
+        Raises with Kafka's verify-only codes (the broker maps them for the client's
+        version, protocol/txn_support.py): NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+        when the id is not served here; INVALID_PRODUCER_ID_MAPPING for another producer;
+        PRODUCER_FENCED for another epoch; CONCURRENT_TRANSACTIONS while the transaction
+        ends (Onceflow also counts an end whose log append is still in flight, which
+        Kafka leaves to its verification guard); TRANSACTION_ABORTABLE for a partition
+        outside the ongoing transaction."""
         status = self._status(transactional_id) if transactional_id else None
         if status is not None:
             raise KafkaError(
@@ -467,24 +545,26 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id) if transactional_id else None
         if meta is None or meta.producer_id != producer_id:
             raise KafkaError(
-                ErrorCode.invalid_txn_state,
+                ErrorCode.invalid_producer_id_mapping,
                 f"producer {producer_id} has no transaction for transactional id "
                 f"{transactional_id!r}",
             )
-        if producer_epoch < meta.producer_epoch:
+        if producer_epoch != meta.producer_epoch:
             raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"epoch {producer_epoch} is older than {meta.producer_epoch}",
+                ErrorCode.producer_fenced,
+                f"epoch {producer_epoch} is not the current {meta.producer_epoch}",
             )
-        if (
-            producer_epoch != meta.producer_epoch
-            or meta.state != TxnState.ONGOING
-            # Adding more partitions (Ongoing -> Ongoing) may be in flight; ending may not.
-            or meta.pending not in (None, TxnState.ONGOING)
-            or tp not in meta.partitions
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) or meta.pending in (
+            TxnState.PREPARE_COMMIT,
+            TxnState.PREPARE_ABORT,
         ):
             raise KafkaError(
-                ErrorCode.invalid_txn_state,
+                ErrorCode.concurrent_transactions,
+                f"the transaction of {transactional_id!r} is ending",
+            )
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+            raise KafkaError(
+                ErrorCode.transaction_abortable,
                 f"{tp[0]}-{tp[1]} is not part of an ongoing transaction of "
                 f"{transactional_id!r} at epoch {producer_epoch}",
             )
@@ -544,6 +624,15 @@ class TransactionCoordinator:
         if producer_epoch != meta.producer_epoch:
             return None, ErrorCode.producer_fenced
         return meta, ErrorCode.none
+
+    def _next_producer_id(self) -> int | None:
+        """A new producer id, or None when no block could be had: the durable counter could
+        not be written (alone) or ZooKeeper gave no block (on a cluster, a KafkaError)."""
+        try:
+            return self._producer_ids.next_id()
+        except (OSError, KafkaError) as exc:
+            self._log_failures.failed("producer id block", exc)
+            return None
 
     async def _fence_and_abort(self, meta: TransactionMetadata, reason: str) -> ErrorCode:
         """Bump the epoch (PrepareEpochFence, never logged) and abort at the new epoch;
@@ -649,7 +738,11 @@ class TransactionCoordinator:
         backoff = RETRY_BACKOFF_S
         while not self._closed and self._is_current(meta):
             error = await self._transition(
-                meta, target, partitions=frozenset(), update_ms=self._clock.now_ms()
+                meta,
+                target,
+                partitions=frozenset(),
+                update_ms=self._clock.now_ms(),
+                **_rollover(meta),
             )
             if error is ErrorCode.none:
                 return
@@ -769,3 +862,45 @@ def _bump_epoch(
     if expected_epoch == meta.last_producer_epoch:
         return meta.producer_epoch, meta.last_producer_epoch  # a retry of a bump that worked
     return None
+
+
+def _rollover(meta: TransactionMetadata) -> dict[str, object]:
+    """A transaction version 2 end whose epoch was exhausted: the Complete record moves
+    the id to the producer id taken in the Prepare record, at epoch 0 (Kafka's
+    prepareComplete); the last epoch stays the one the client last used."""
+    if meta.next_producer_id == NO_PRODUCER_ID:
+        return {}
+    return {
+        "producer_id": meta.next_producer_id,
+        "producer_epoch": 0,
+        "last_producer_id": meta.producer_id,
+        "last_producer_epoch": meta.producer_epoch - 1,
+        "next_producer_id": NO_PRODUCER_ID,
+    }
+
+
+def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
+    """Kafka's epoch check of an EndTxn v5: the current epoch ends a transaction; the epoch
+    before the bump is only a retry of an end that was already decided."""
+    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        return retry
+    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return retry or same_epoch
+    return same_epoch and state in (TxnState.ONGOING, TxnState.EMPTY)
+
+
+# What an EndTxn v5 does, by (state, commit, retry of an end already decided): "prepare"
+# ends the ongoing transaction, "empty abort" aborts one that added nothing, "done" answers
+# a retry of a completed end, "ending" a retry while its markers are written
+# (CONCURRENT_TRANSACTIONS); anything missing is INVALID_TXN_STATE.
+_V2_END: dict[tuple[TxnState, bool, bool], str] = {
+    (TxnState.ONGOING, True, False): "prepare",
+    (TxnState.ONGOING, False, False): "prepare",
+    (TxnState.EMPTY, False, False): "empty abort",
+    (TxnState.COMPLETE_COMMIT, True, True): "done",
+    (TxnState.COMPLETE_COMMIT, False, False): "empty abort",
+    (TxnState.COMPLETE_ABORT, False, True): "done",
+    (TxnState.COMPLETE_ABORT, False, False): "empty abort",
+    (TxnState.PREPARE_COMMIT, True, True): "ending",
+    (TxnState.PREPARE_ABORT, False, True): "ending",
+}

@@ -11,6 +11,11 @@ Value, version 1 (a null value is a tombstone: the id expired):
     partitions: int32 topic count, then per topic: name (int16 length + UTF-8),
                 int32 partition count, int32 partitions
     last update timestamp ms int64, transaction start timestamp ms int64
+Value, version 2: version 1's fields, then
+    next producer id int64 (-1: none; set while an exhausted epoch rolls to a new id)
+    client transaction version int8 (0, or 2: KIP-890 part 2, an epoch bump at every end)
+Version 1 is written while both are at their defaults, so a record of a transaction
+version 0 client stays readable by an Onceflow that knows only version 1.
 
 A transactional id maps to partition abs(Java String.hashCode(id)) % partition count, as in
 Kafka; `onceflow.coordinator.group.offsets` has the same hash for groups.
@@ -26,11 +31,13 @@ from onceflow.coordinator.transaction.state import TxnState
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
+VALUE_VERSION_TV2 = 2
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hqqhhib")
 _TAIL = struct.Struct(">qq")
+_TV2_TAIL = struct.Struct(">qb")
 
 
 class CorruptTxnRecord(ValueError):
@@ -71,9 +78,10 @@ def encode_value(t: TxnTransit) -> bytes:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in sorted(t.partitions):
         by_topic[topic].append(partition)
+    tv2 = t.client_version != 0 or t.next_producer_id != -1
     parts = [
         _HEAD.pack(
-            VALUE_VERSION,
+            VALUE_VERSION_TV2 if tv2 else VALUE_VERSION,
             t.producer_id,
             t.last_producer_id,
             t.producer_epoch,
@@ -88,13 +96,15 @@ def encode_value(t: TxnTransit) -> bytes:
         parts.append(_I32.pack(len(partitions)))
         parts.extend(_I32.pack(p) for p in partitions)
     parts.append(_TAIL.pack(t.update_ms, t.start_ms))
+    if tv2:
+        parts.append(_TV2_TAIL.pack(t.next_producer_id, t.client_version))
     return b"".join(parts)
 
 
 def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
     try:
         version, pid, last_pid, epoch, last_epoch, timeout, state = _HEAD.unpack_from(value, 0)
-        if version != VALUE_VERSION:
+        if version not in (VALUE_VERSION, VALUE_VERSION_TV2):
             raise CorruptTxnRecord(f"unknown value version {version}")
         pos = _HEAD.size
         (topics,) = _I32.unpack_from(value, pos)
@@ -110,6 +120,10 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
                 partitions.add((topic, p))
         update_ms, start_ms = _TAIL.unpack_from(value, pos)
         pos += _TAIL.size
+        next_pid, client_version = -1, 0
+        if version == VALUE_VERSION_TV2:
+            next_pid, client_version = _TV2_TAIL.unpack_from(value, pos)
+            pos += _TV2_TAIL.size
         txn_state = TxnState(state)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptTxnRecord(str(exc)) from exc
@@ -126,4 +140,6 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
         frozenset(partitions),
         start_ms,
         update_ms,
+        client_version,
+        next_pid,
     )

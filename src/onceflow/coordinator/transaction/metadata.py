@@ -35,6 +35,11 @@ class TxnTransit:
     partitions: frozenset[TopicPartition]
     start_ms: int  # when the current transaction began (-1: none)
     update_ms: int
+    # Transaction version 2 (KIP-890 part 2): the client's transaction version (0 or 2)
+    # for the current transaction, and the producer id it rolls to when its epoch is
+    # exhausted (set in the Prepare state, taken on in the Complete state; -1: none).
+    client_version: int = 0
+    next_producer_id: int = NO_PRODUCER_ID
 
 
 class TransactionMetadata:
@@ -53,6 +58,8 @@ class TransactionMetadata:
         self.partitions = set(transit.partitions)
         self.start_ms = transit.start_ms
         self.update_ms = transit.update_ms
+        self.client_version = transit.client_version
+        self.next_producer_id = transit.next_producer_id
 
     def current(self) -> TxnTransit:
         return TxnTransit(
@@ -66,6 +73,8 @@ class TransactionMetadata:
             frozenset(self.partitions),
             self.start_ms,
             self.update_ms,
+            self.client_version,
+            self.next_producer_id,
         )
 
     @property
