@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster: DemoCluster | None = None
     broker_kill: BrokerKill | None = None
     job: subprocess.Popen[bytes] | None = None
+    crashes_done = threading.Event()
     started = time.monotonic()
     started_at = time.time()
     try:
@@ -277,12 +278,22 @@ def main(argv: list[str] | None = None) -> int:
         ledger = workdir / "generated.jsonl"
         ledger.unlink(missing_ok=True)
         outcome: dict[str, tuple[int, int]] = {}
+        # A fifth of the payments wait until the planned crashes are done, trickling out
+        # meanwhile: every crash then finds a micro-batch to interrupt, however slow the
+        # machine (a job that had caught up would otherwise plan no batch to kill).
+        crashes = args.kills + (1 if args.brokers > 1 else 0)
 
         def run_generator() -> None:
             transactions = max(1, args.payments // 50)
             pause = args.generate_seconds / transactions
             outcome["counts"] = generate(
-                bootstrap, PAYMENTS_TOPIC, args.payments, ledger, pause_s=pause
+                bootstrap,
+                PAYMENTS_TOPIC,
+                args.payments,
+                ledger,
+                pause_s=pause,
+                reserve=args.payments // 5 if crashes else 0,
+                release=crashes_done,
             )
 
         generator = threading.Thread(target=run_generator, name="generator", daemon=True)
@@ -301,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"SIGKILLed the driver in the middle of micro-batch {batch}")
             job = start_job(bootstrap, checkpoint, workdir / "job.log")
             say("restarted the job from its checkpoints")
+        crashes_done.set()
         generator.join(args.timeout)
         if "counts" not in outcome:
             raise SystemExit("the generator did not finish")
@@ -314,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             if lagging:
                 say(f"replicas out of sync at the end: {', '.join(lagging[:10])}")
     finally:
+        crashes_done.set()
         if job is not None and job.poll() is None:
             job.send_signal(signal.SIGTERM)
             try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +65,15 @@ def generate(
     abort_every: int = 9,
     pause_s: float = 0.05,
     seed: int = 7,
+    reserve: int = 0,
+    release: threading.Event | None = None,
+    trickle_s: float = 0.5,
 ) -> tuple[int, int]:
-    """Produce `total` payments in transactions; return (committed, aborted) counts."""
+    """Produce `total` payments in transactions; return (committed, aborted) counts.
+
+    The last `reserve` payments wait for `release`: until it is set they trickle out one per
+    transaction every `trickle_s`, so a job that has caught up (a slow machine, a restart)
+    still gets new micro-batches for the crashes the demo plans, then the rest go at once."""
     rng = random.Random(seed)
     producer = Producer(
         {
@@ -81,9 +89,9 @@ def generate(
     txn = 0
     with ledger.open("a") as out:
         while number < total:
-            batch = [
-                make_payment(rng, number + i) for i in range(min(per_transaction, total - number))
-            ]
+            held = release is not None and not release.is_set() and total - number <= reserve
+            size = 1 if held else min(per_transaction, total - number)
+            batch = [make_payment(rng, number + i) for i in range(size)]
             number += len(batch)
             txn += 1
             producer.begin_transaction()
@@ -101,7 +109,11 @@ def generate(
             for p in batch:
                 out.write(json.dumps({"outcome": outcome, **json.loads(p.to_json())}) + "\n")
             out.flush()
-            time.sleep(pause_s)
+            if held:
+                assert release is not None
+                release.wait(trickle_s)
+            else:
+                time.sleep(pause_s)
     return committed, aborted
 
 
