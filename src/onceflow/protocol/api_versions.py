@@ -54,6 +54,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -96,6 +98,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
@@ -108,21 +112,22 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 
 
 # Feature levels (KIP-584) in ApiVersions v3+: (min, max) supported and the level finalized,
-# per feature. Level 0 is the behaviour from before the feature. Not implemented yet:
-# transaction.version 1-2 (KIP-890: flexible transaction-log records, then an epoch bump at
-# every transaction end, which the Java producer turns on when transaction.version >= 2 is
-# finalized) and group.version 1 (KIP-848's consumer protocol), so every client keeps the
-# classic paths. Raise a level only with its feature, and the epoch with every change of
+# per feature. Level 0 is the behaviour from before the feature. group.version 1 is KIP-848's
+# consumer protocol (ConsumerGroupHeartbeat), finalized as Kafka 4.x finalizes it. Not
+# implemented yet: transaction.version 1-2 (KIP-890: flexible transaction-log records, then
+# an epoch bump at every transaction end, which the Java producer turns on when
+# transaction.version >= 2 is finalized), so clients keep the classic transaction paths.
+# Raise a level only with its feature, and the epoch with every change of
 # FINALIZED_FEATURES: clients keep the finalized levels of the highest epoch they have seen.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    "group.version": (0, 0),
+    "group.version": (0, 1),
     "transaction.version": (0, 0),
 }
 FINALIZED_FEATURES: dict[str, int] = {
-    "group.version": 0,
+    "group.version": 1,
     "transaction.version": 0,
 }
-FINALIZED_FEATURES_EPOCH = 0
+FINALIZED_FEATURES_EPOCH = 1
 
 
 #: What ApiVersions lists: the served ranges, but Produce from v0, as Kafka 4.x lists it

@@ -150,8 +150,6 @@ GAPS: dict[int, str] = {
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
     66: _NOT_YET,
-    68: "the KIP-848 consumer group protocol: not yet (issue 13)",
-    69: "the KIP-848 consumer group protocol: not yet (issue 13)",
     74: "not implemented: listing config resources (client metrics are not supported)",
     76: _SHARE_GROUPS,
     77: _SHARE_GROUPS,

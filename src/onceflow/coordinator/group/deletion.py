@@ -137,7 +137,7 @@ def _deletable(group: GroupMetadata | None) -> ErrorCode | None:
     """Kafka's validateDeleteGroup."""
     if group is None or group.is_(GroupState.DEAD):
         return ErrorCode.group_id_not_found
-    if group.is_(*_ACTIVE):
+    if group.is_(*_ACTIVE) or (group.consumer is not None and group.consumer.members):
         return ErrorCode.non_empty_group
     return None
 
@@ -145,6 +145,8 @@ def _deletable(group: GroupMetadata | None) -> ErrorCode | None:
 def _subscribed(group: GroupMetadata, topic: str) -> bool:
     """Kafka's isSubscribedToTopic: a consumer group whose subscriptions cannot be read
     counts as subscribed to everything."""
+    if group.consumer is not None:
+        return topic in group.consumer.subscribed_topics()
     if group.subscribed_topics is not None:
         return topic in group.subscribed_topics
     return group.protocol_type == CONSUMER_PROTOCOL_TYPE

@@ -462,7 +462,8 @@ class GroupMetadataManager:
             for tp in self._expired(group, now):
                 group.offsets.remove(tp)
                 tombstones.append((encode_offset_key(group.group_id, tp.topic, tp.partition), None))
-            if group.is_(GroupState.EMPTY) and not group.offsets.has_offsets():
+            live = group.consumer is not None and bool(group.consumer.members)
+            if group.is_(GroupState.EMPTY) and not live and not group.offsets.has_offsets():
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group.group_id]
                 tombstones.append((encode_group_key(group.group_id), None))
@@ -477,6 +478,15 @@ class GroupMetadataManager:
 
     def _expired(self, group: GroupMetadata, now: int) -> list[TopicPartition]:
         retention = self._config.offsets_retention_ms
+        if group.consumer is not None:
+            # As Kafka's consumer groups: offsets of topics no member subscribes to (all of
+            # them once the group is empty) expire by their commit time.
+            return group.offsets.expired(
+                now,
+                retention,
+                lambda v: v.commit_timestamp_ms,
+                group.consumer.subscribed_topics(),
+            )
         if group.protocol_type is not None and group.is_(GroupState.EMPTY):
             # Nobody consumes: the clock starts when the group became empty.
             became_empty = group.state_timestamp_ms

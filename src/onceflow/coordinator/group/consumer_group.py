@@ -1,0 +1,124 @@
+"""A consumer-protocol group (KIP-848): its members, epochs and target assignment.
+
+It hangs off the group's GroupMetadata (`GroupMetadata.consumer`), which keeps the group's
+committed offsets either way, so offsets, deletion, retention, loading and unloading treat
+both protocols alike.
+
+Three epochs order everything: the group epoch grows with every change that calls for a new
+assignment (a member joins, leaves, changes its subscription; a subscribed topic is created,
+deleted or grows); the assignment epoch is the group epoch the target assignment was
+computed at; each member's epoch is the target epoch it has reconciled to (reconcile.py).
+The coordinator knows which member owns each partition (assigned or still being revoked),
+so it never gives a partition to two members at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+from onceflow.coordinator.group.assignors import ASSIGNORS, MemberSpec
+from onceflow.coordinator.group.offsets import TopicPartition
+from onceflow.coordinator.group.reconcile import MemberState, Partitions, Reconciliation
+
+_NONE: frozenset[TopicPartition] = frozenset()
+# topic name -> (topic id, partition count): what the target assignment was computed from.
+TopicsMetadata = dict[str, tuple[uuid.UUID | None, int]]
+
+
+class ConsumerGroupState(Enum):
+    """The value is the name Kafka prints (ListGroups, ConsumerGroupDescribe)."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = 0
+    subscribed: tuple[str, ...] = ()
+    server_assignor: str | None = None
+    recon: Reconciliation = field(default_factory=Reconciliation)
+    session_deadline_ms: int = 0
+    # Set while the member is asked to revoke: it is fenced if it has not done so by then.
+    revocation_deadline_ms: int | None = None
+
+
+class ConsumerGroup:
+    def __init__(self) -> None:
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.target: dict[str, Partitions] = {}
+        self.topics: TopicsMetadata = {}
+        self.assignor_name = ""
+        # Which member owns each partition (assigned, or being revoked).
+        self._owners: dict[TopicPartition, str] = {}
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for member in self.members.values():
+            if (
+                member.recon.epoch != self.assignment_epoch
+                or member.recon.state is not MemberState.STABLE
+            ):
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def subscribed_topics(self) -> frozenset[str]:
+        return frozenset(t for m in self.members.values() for t in m.subscribed)
+
+    def owner(self, tp: TopicPartition) -> str | None:
+        return self._owners.get(tp)
+
+    def set_reconciliation(self, member: ConsumerMember, recon: Reconciliation) -> None:
+        """Give the member its new reconciliation, moving partition ownership with it."""
+        for tp in member.recon.owned - recon.owned:
+            if self._owners.get(tp) == member.member_id:
+                del self._owners[tp]
+        for tp in recon.owned:
+            self._owners[tp] = member.member_id
+        member.recon = recon
+
+    def remove(self, member_id: str) -> ConsumerMember | None:
+        """Drop a member (it left or was fenced): its partitions are free for the others at
+        their next heartbeat, and the next heartbeat computes a new target."""
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        self.set_reconciliation(member, Reconciliation())
+        self.target.pop(member_id, None)
+        self.group_epoch += 1
+        return member
+
+    def compute_target(self, default_assignor: str) -> None:
+        """A new target assignment for every member, at the current group epoch."""
+        self.assignor_name = self._preferred_assignor(default_assignor)
+        specs = {
+            m.member_id: MemberSpec(frozenset(m.subscribed), self.target.get(m.member_id, _NONE))
+            for m in self.members.values()
+        }
+        counts = {name: count for name, (_, count) in self.topics.items()}
+        self.target = dict(ASSIGNORS[self.assignor_name](specs, counts))
+        self.assignment_epoch = self.group_epoch
+
+    def _preferred_assignor(self, default: str) -> str:
+        """As Kafka: the assignor most members ask for, else the broker's first."""
+        votes = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
+        if not votes:
+            return default
+        most = max(votes.values())
+        return min(name for name, n in votes.items() if n == most)

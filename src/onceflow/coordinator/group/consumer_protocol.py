@@ -1,0 +1,334 @@
+"""ConsumerGroupHeartbeat (KIP-848): join, heartbeat, leave and reconcile in one request.
+
+Each heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat, step by step):
+1. checks the request (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR) and finds or makes the group
+   and the member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED);
+2. bumps the group epoch when the member is new or changed its subscription, or when the
+   subscribed topics changed (created, deleted, grown: read from the broker each time);
+3. computes a new target assignment when the group epoch is ahead of the assignment epoch;
+4. moves the member one step towards its target (reconcile.py) and answers its assignment
+   when it changed or the request was a full one.
+
+`expire` fences members past their session timeout, or past their rebalance timeout while
+asked to revoke partitions. Nothing is written to `__consumer_offsets` (yet): after a
+coordinator restart or failover members get UNKNOWN_MEMBER_ID and rejoin with epoch 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from onceflow.clock import Clock
+from onceflow.coordinator.group.assignors import ASSIGNORS
+from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerMember,
+    TopicsMetadata,
+)
+from onceflow.coordinator.group.manager import GroupMetadataManager
+from onceflow.coordinator.group.metadata import GroupMetadata
+from onceflow.coordinator.group.offsets import TopicPartition
+from onceflow.coordinator.group.reconcile import MemberState, Partitions, reconcile
+from onceflow.coordinator.group.state import GroupState
+from onceflow.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+LEAVE_STATIC_EPOCH = -2
+NO_REBALANCE_TIMEOUT = -1
+# ConsumerGroupHeartbeat v1 (KIP-1082): the client makes its member id, even to join.
+CLIENT_MEMBER_ID_VERSION = 1
+
+# A topic's id and partition count, None when it does not exist.
+TopicLookup = Callable[[str], tuple[uuid.UUID | None, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = NO_REBALANCE_TIMEOUT
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Partitions | None = None  # the topic ids already turned into names
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = CLIENT_MEMBER_ID_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: Partitions | None = None  # None: unchanged, not sent
+
+
+def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> HeartbeatResult | None:
+    """Kafka's checks of the request alone, with its messages; None when it is valid."""
+
+    def fail(message: str, error: ErrorCode = ErrorCode.invalid_request) -> HeartbeatResult:
+        return HeartbeatResult(error, message, request.member_id or None)
+
+    if not request.group_id:
+        return fail("GroupId can't be empty.")
+    if request.instance_id == "":
+        return fail("InstanceId can't be empty.")
+    if request.rack_id == "":
+        return fail("RackId can't be empty.")
+    if request.subscribed_topic_regex is not None:
+        return fail("SubscribedTopicRegex is not supported by Onceflow.")
+    epoch = request.member_epoch
+    client_made_id = request.api_version >= CLIENT_MEMBER_ID_VERSION
+    if (client_made_id or epoch != JOIN_EPOCH) and not request.member_id:
+        return fail("MemberId can't be empty.")
+    if epoch == JOIN_EPOCH:
+        if request.rebalance_timeout_ms == NO_REBALANCE_TIMEOUT:
+            return fail("RebalanceTimeoutMs must be provided in first request.")
+        if request.owned is None or request.owned:
+            return fail("TopicPartitions must be empty when (re-)joining.")
+        if not request.subscribed_topic_names:
+            return fail("SubscribedTopicNames must be set in first request.")
+    elif epoch == LEAVE_STATIC_EPOCH:
+        if request.instance_id is None:
+            return fail("InstanceId can't be null.")
+    elif epoch < LEAVE_STATIC_EPOCH:
+        return fail("MemberEpoch is invalid.")
+    if request.server_assignor is not None and request.server_assignor not in assignors:
+        return fail(
+            f"ServerAssignor {request.server_assignor} is not supported. "
+            f"Supported assignors: {', '.join(assignors)}.",
+            ErrorCode.unsupported_assignor,
+        )
+    return None
+
+
+class ConsumerHeartbeats:
+    def __init__(
+        self,
+        clock: Clock,
+        config: GroupCoordinatorConfig,
+        manager: GroupMetadataManager,
+        topics: TopicLookup,
+        new_uuid: Callable[[], str],
+    ) -> None:
+        self._clock = clock
+        self._config = config
+        self._manager = manager
+        self._topics = topics
+        self._new_uuid = new_uuid
+        self._assignors = tuple(a for a in config.consumer_assignors if a in ASSIGNORS)
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        invalid = invalid_request(request, self._assignors)
+        if invalid is not None:
+            return invalid
+        found = self._group(request)
+        if isinstance(found, HeartbeatResult):
+            return found
+        group = found
+        if request.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave(group, request)
+        member = self._member(group, request)
+        if isinstance(member, HeartbeatResult):
+            return member
+        before = member.recon.assigned
+        subscription_changed = _update_member(member, request)
+        if self._refresh_topics(group) or subscription_changed:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            group.compute_target(self._assignors[0])
+            log.info(
+                "consumer group %s: target assignment of epoch %d by %s",
+                request.group_id,
+                group.assignment_epoch,
+                group.assignor_name,
+            )
+        self._reconcile(group, member, request.owned)
+        member.session_deadline_ms = (
+            self._clock.monotonic_ms() + self._config.consumer_session_timeout_ms
+        )
+        full = request.member_epoch == JOIN_EPOCH or (
+            request.rebalance_timeout_ms != NO_REBALANCE_TIMEOUT
+            and request.subscribed_topic_names is not None
+            and request.owned is not None
+        )
+        changed = member.recon.assigned != before
+        return HeartbeatResult(
+            ErrorCode.none,
+            member_id=member.member_id,
+            member_epoch=member.recon.epoch,
+            heartbeat_interval_ms=self._config.consumer_heartbeat_interval_ms,
+            assignment=member.recon.assigned if full or changed else None,
+        )
+
+    def _group(self, request: HeartbeatRequest) -> ConsumerGroup | HeartbeatResult:
+        """The group's consumer-protocol side, made or converted on a join."""
+        group = self._manager.get(request.group_id)
+        joining = request.member_epoch == JOIN_EPOCH
+        if group is None:
+            if not joining:
+                # Kafka answers GROUP_ID_NOT_FOUND, but only because it never forgets a
+                # group; here a restart does, and this makes the member rejoin.
+                return _fail(request, ErrorCode.unknown_member_id, "The group is not known.")
+            group = self._manager.add(GroupMetadata(request.group_id, self._clock.now_ms()))
+        if group.is_(GroupState.DEAD):
+            return _fail(request, ErrorCode.coordinator_not_available, None)
+        if group.consumer is not None:
+            return group.consumer
+        if group.members or not group.is_(GroupState.EMPTY):
+            return _fail(
+                request,
+                ErrorCode.group_id_not_found,
+                f"Group {request.group_id} is not a consumer group",
+            )
+        if not joining:
+            return _fail(request, ErrorCode.unknown_member_id, "The group is not known.")
+        # An empty classic group (offsets only) changes protocol; its offsets stay.
+        group.consumer = ConsumerGroup()
+        return group.consumer
+
+    def _member(
+        self, group: ConsumerGroup, request: HeartbeatRequest
+    ) -> ConsumerMember | HeartbeatResult:
+        member_id = request.member_id
+        member = group.members.get(member_id)
+        if request.member_epoch == JOIN_EPOCH:
+            if member is None and len(group.members) >= self._config.consumer_max_size:
+                return _fail(
+                    request,
+                    ErrorCode.group_max_size_reached,
+                    "The consumer group has reached its maximum capacity of "
+                    f"{self._config.consumer_max_size} members.",
+                )
+            if member is not None:
+                # A rejoin: the member dropped everything (it sent no partitions), so
+                # what it owned is free now and it starts over.
+                group.remove(member_id)
+            if not member_id:
+                member_id = self._new_uuid()
+            # Its subscription, set next, bumps the group epoch.
+            member = ConsumerMember(member_id, request.client_id, request.client_host)
+            group.members[member_id] = member
+            return member
+        if member is None:
+            return _fail(
+                request,
+                ErrorCode.unknown_member_id,
+                f"Member {member_id} is not a member of group {request.group_id}.",
+            )
+        received, current = request.member_epoch, member.recon.epoch
+        if received > current or (
+            received < current
+            and (
+                received != member.recon.previous_epoch
+                or request.owned is None
+                or not request.owned <= member.recon.assigned
+            )
+        ):
+            return _fail(
+                request,
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a {'greater' if received > current else 'smaller'}"
+                f" member epoch ({received}) than the one known by the group coordinator "
+                f"({current}). The member must abandon all its partitions and rejoin.",
+            )
+        return member
+
+    def _leave(self, group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
+        if group.remove(request.member_id) is None:
+            return _fail(
+                request,
+                ErrorCode.unknown_member_id,
+                f"Member {request.member_id} is not a member of group {request.group_id}.",
+            )
+        log.info("consumer group %s: member %s left", request.group_id, request.member_id)
+        return HeartbeatResult(
+            ErrorCode.none,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=0,
+        )
+
+    def _refresh_topics(self, group: ConsumerGroup) -> bool:
+        """Whether a subscribed topic appeared, vanished or grew (a new assignment is due)."""
+        topics: TopicsMetadata = {}
+        for name in sorted(group.subscribed_topics()):
+            found = self._topics(name)
+            if found is not None:
+                topics[name] = found
+        if topics == group.topics:
+            return False
+        group.topics = topics
+        return True
+
+    def _reconcile(
+        self, group: ConsumerGroup, member: ConsumerMember, owned: Partitions | None
+    ) -> None:
+        def owned_by_other(tp: TopicPartition) -> bool:
+            owner = group.owner(tp)
+            return owner is not None and owner != member.member_id
+
+        was_revoking = member.recon.state is MemberState.UNREVOKED_PARTITIONS
+        recon = reconcile(
+            member.recon,
+            group.assignment_epoch,
+            group.target.get(member.member_id, frozenset()),
+            owned,
+            owned_by_other,
+        )
+        group.set_reconciliation(member, recon)
+        if recon.state is not MemberState.UNREVOKED_PARTITIONS:
+            member.revocation_deadline_ms = None
+        elif not was_revoking:
+            member.revocation_deadline_ms = self._clock.monotonic_ms() + member.rebalance_timeout_ms
+
+    def expire(self, group_id: str, group: ConsumerGroup) -> None:
+        """Fence members whose session or revocation deadline has passed."""
+        now = self._clock.monotonic_ms()
+        for member in list(group.members.values()):
+            if member.session_deadline_ms <= now:
+                reason = "its session timed out"
+            elif member.revocation_deadline_ms is not None and member.revocation_deadline_ms <= now:
+                reason = "it did not revoke its partitions within its rebalance timeout"
+            else:
+                continue
+            group.remove(member.member_id)
+            log.info("consumer group %s: member %s fenced: %s", group_id, member.member_id, reason)
+
+
+def _update_member(member: ConsumerMember, request: HeartbeatRequest) -> bool:
+    """Apply what the heartbeat changed; True when the group needs a new assignment."""
+    member.client_id = request.client_id
+    member.client_host = request.client_host
+    if request.instance_id is not None:
+        member.instance_id = request.instance_id
+    if request.rack_id is not None:
+        member.rack_id = request.rack_id
+    if request.rebalance_timeout_ms != NO_REBALANCE_TIMEOUT:
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+    changed = False
+    if request.subscribed_topic_names is not None:
+        subscribed = tuple(sorted(set(request.subscribed_topic_names)))
+        changed = subscribed != member.subscribed
+        member.subscribed = subscribed
+    if request.server_assignor is not None and request.server_assignor != member.server_assignor:
+        member.server_assignor = request.server_assignor
+        changed = True
+    return changed
+
+
+def _fail(request: HeartbeatRequest, error: ErrorCode, message: str | None) -> HeartbeatResult:
+    return HeartbeatResult(error, message, request.member_id or None)
