@@ -33,7 +33,7 @@ def test_kafka_python_negotiates_the_newest_versions(shared_broker: BrokerProces
             assert negotiated[KpApiKey(key)][1] == SUPPORTED_VERSIONS[key][1]
         # Only what Onceflow implements: KIP-848's group.version 1, no TV2.
         assert admin.describe_features() == {
-            "group.version": {"supported": (0, 1), "finalized": 1},
+            "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
             "transaction.version": {"supported": (0, 0)},
         }
         cluster = admin.describe_cluster()  # DescribeCluster v2, fenced brokers asked for

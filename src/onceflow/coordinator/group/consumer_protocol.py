@@ -88,7 +88,7 @@ def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> Hear
         return fail("InstanceId can't be empty.")
     if request.rack_id == "":
         return fail("RackId can't be empty.")
-    if request.subscribed_topic_regex is not None:
+    if request.subscribed_topic_regex:  # "" (librdkafka sends it) means no regex, as in Kafka
         return fail("SubscribedTopicRegex is not supported by Onceflow.")
     epoch = request.member_epoch
     client_made_id = request.api_version >= CLIENT_MEMBER_ID_VERSION
