@@ -306,3 +306,36 @@ def test_a_transactional_copier_group_stays_exactly_once(broker: BrokerProcess) 
             if c.proc.poll() is None:
                 c.proc.kill()
             c.proc.wait(10)
+
+
+@pytest.mark.broker_overrides({**FAST_GROUPS, "group.consumer.session.timeout.ms": "6000"})
+def test_a_broker_restart_keeps_the_group(broker: BrokerProcess) -> None:
+    """The group's state is in __consumer_offsets: after a restart the members carry on with
+    their assignments, nobody is revoked anything, and the group is the same group."""
+    topic = create_topic(broker.bootstrap, partitions=4)
+    group = "kip848-restart"
+    members = [Member(broker.bootstrap, topic, group) for _ in range(2)]
+    admin = admin_client(broker.bootstrap)
+    try:
+        poll_until(
+            members,
+            lambda: (
+                disjoint_cover([m.partitions() for m in members], 4)
+                and all(m.partitions() for m in members)
+            ),
+            "two members sharing four partitions",
+        )
+        before = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+        revocations = [len(m.revoked) for m in members]
+        broker.stop()
+        broker.start()
+        p = producer(broker.bootstrap)
+        produce_and_confirm(p, topic, [(i % 4, None, b"x", None) for i in range(40)])
+        poll_until(members, lambda: sum(m.records for m in members) >= 40, "every record")
+        after = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+        assert {m.member_id for m in after.members} == {m.member_id for m in before.members}
+        assert [len(m.revoked) for m in members] == revocations
+        assert disjoint_cover([m.partitions() for m in members], 4)
+    finally:
+        for m in members:
+            m.consumer.close()

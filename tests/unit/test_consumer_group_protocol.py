@@ -40,8 +40,9 @@ class Harness:
             "consumer_heartbeat_interval_ms": 1_000,
         }
         settings.update(config)
+        self.log = InMemoryOffsetsLog()
         self.coord = GroupCoordinator(
-            InMemoryOffsetsLog(),
+            self.log,
             self.clock,
             GroupCoordinatorConfig(**settings),
             topics=lambda name: (TOPIC_ID, self.topics[name]) if name in self.topics else None,
@@ -49,6 +50,9 @@ class Harness:
         run(self.coord.load)
         self.owned: dict[str, frozenset[TopicPartition]] = {}
         self.epochs: dict[str, int] = {}
+
+    def hb(self, request: HeartbeatRequest) -> HeartbeatResult:
+        return run(lambda: self.coord.consumer_group_heartbeat(request))
 
     def join(self, member: str, topics: tuple[str, ...] = ("t",), **kw: Any) -> HeartbeatResult:
         request = HeartbeatRequest(
@@ -60,14 +64,14 @@ class Harness:
             owned=frozenset(),
             **kw,
         )
-        return self._apply(member, self.coord.consumer_group_heartbeat(request))
+        return self._apply(member, self.hb(request))
 
     def beat(self, member: str, **kw: Any) -> HeartbeatResult:
         """A regular heartbeat: the member's epoch and what it owns now."""
         fields: dict[str, Any] = {"owned": self.owned.get(member, frozenset())}
         fields.update(kw)
         request = HeartbeatRequest("g", member, self.epochs.get(member, 0), **fields)
-        return self._apply(member, self.coord.consumer_group_heartbeat(request))
+        return self._apply(member, self.hb(request))
 
     def _apply(self, member: str, result: HeartbeatResult) -> HeartbeatResult:
         if result.error is ErrorCode.none:
@@ -126,7 +130,7 @@ def test_leave_frees_partitions_for_the_others() -> None:
     h.join("a")
     h.join("b")
     h.settle("a", "b")
-    left = h.coord.consumer_group_heartbeat(HeartbeatRequest("g", "b", -1))
+    left = h.hb(HeartbeatRequest("g", "b", -1))
     assert (left.error, left.member_epoch) == (ErrorCode.none, -1)
     h.settle("a")
     covers(h, "a")
@@ -156,9 +160,7 @@ def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout() -> 
     h.join("b")
     all_six = h.owned["a"]
     for _ in range(4):  # keeps heartbeating, but keeps reporting every partition
-        asked = h.coord.consumer_group_heartbeat(
-            HeartbeatRequest("g", "a", h.epochs["a"], owned=all_six)
-        )
+        asked = h.hb(HeartbeatRequest("g", "a", h.epochs["a"], owned=all_six))
         assert asked.error is ErrorCode.none and asked.member_epoch == h.epochs["a"]
         h.clock.advance(2_000)
         run(h.coord.poll)
@@ -202,7 +204,7 @@ def test_bad_joins(request_fields: dict[str, Any], error: ErrorCode) -> None:
     good = HeartbeatRequest(
         "g", "m", 0, rebalance_timeout_ms=5_000, subscribed_topic_names=("t",), owned=frozenset()
     )
-    result = h.coord.consumer_group_heartbeat(replace(good, **request_fields))
+    result = h.hb(replace(good, **request_fields))
     assert result.error is error
     assert result.message
 
@@ -218,7 +220,7 @@ def test_v0_lets_the_coordinator_make_the_member_id() -> None:
         owned=frozenset(),
         api_version=0,
     )
-    result = h.coord.consumer_group_heartbeat(request)
+    result = h.hb(request)
     assert result.error is ErrorCode.none and result.member_id
 
 
@@ -228,22 +230,16 @@ def test_member_epochs_are_fenced_as_kafka_fences_them() -> None:
     h.join("b")
     h.settle("a", "b")
     epoch = h.epochs["a"]
-    ahead = h.coord.consumer_group_heartbeat(
-        HeartbeatRequest("g", "a", epoch + 1, owned=frozenset())
-    )
+    ahead = h.hb(HeartbeatRequest("g", "a", epoch + 1, owned=frozenset()))
     assert ahead.error is ErrorCode.fenced_member_epoch
     previous = h.group().members["a"].recon.previous_epoch
     # The previous epoch, but owning a partition it no longer has: fenced.
-    behind = h.coord.consumer_group_heartbeat(
-        HeartbeatRequest("g", "a", previous, owned=h.owned["a"] | h.owned["b"])
-    )
+    behind = h.hb(HeartbeatRequest("g", "a", previous, owned=h.owned["a"] | h.owned["b"]))
     assert behind.error is ErrorCode.fenced_member_epoch
-    unknown = h.coord.consumer_group_heartbeat(HeartbeatRequest("g", "zz", 1, owned=frozenset()))
+    unknown = h.hb(HeartbeatRequest("g", "zz", 1, owned=frozenset()))
     assert unknown.error is ErrorCode.unknown_member_id
     # The previous epoch with a subset of the assignment: a lost response, accepted.
-    lost = h.coord.consumer_group_heartbeat(
-        HeartbeatRequest("g", "a", previous, owned=h.owned["a"])
-    )
+    lost = h.hb(HeartbeatRequest("g", "a", previous, owned=h.owned["a"]))
     assert lost.error is ErrorCode.none and lost.member_epoch == epoch
 
 
@@ -251,7 +247,7 @@ def test_an_unknown_group_makes_a_heartbeating_member_rejoin() -> None:
     """After a restart the group is gone (not persisted): UNKNOWN_MEMBER_ID, not the fatal
     GROUP_ID_NOT_FOUND, so librdkafka rejoins with epoch 0."""
     h = Harness()
-    result = h.coord.consumer_group_heartbeat(HeartbeatRequest("g", "a", 5, owned=frozenset()))
+    result = h.hb(HeartbeatRequest("g", "a", 5, owned=frozenset()))
     assert result.error is ErrorCode.unknown_member_id
 
 
@@ -286,7 +282,7 @@ def test_commits_need_the_current_member_epoch() -> None:
         )
         assert c.fetch_offsets("g", [tp]).error is ErrorCode.none  # tools: no member
         # Once empty, anyone may commit without an epoch (tools, reset-offsets).
-        c.consumer_group_heartbeat(HeartbeatRequest("g", "a", -1))
+        await c.consumer_group_heartbeat(HeartbeatRequest("g", "a", -1))
         assert (await c.commit_offsets("g", "", -1, entry))[tp] is ErrorCode.none
 
     run(body)
@@ -319,11 +315,11 @@ def test_listing_describing_and_the_classic_protocol() -> None:
 
 def test_an_empty_group_changes_protocol_both_ways() -> None:
     h = Harness(group_initial_rebalance_delay_ms=0)
+    h.join("a")
+    h.hb(HeartbeatRequest("g", "a", -1))
 
     async def body() -> None:
         c = h.coord
-        h.join("a")
-        c.consumer_group_heartbeat(HeartbeatRequest("g", "a", -1))
         join = await c.join_group(
             "g",
             "",
@@ -336,7 +332,16 @@ def test_an_empty_group_changes_protocol_both_ways() -> None:
         group = c.group("g")
         assert group is not None and group.consumer is None
         # A classic group with a member refuses consumer-protocol members.
-        refused = h.join("b")
+        refused = await c.consumer_group_heartbeat(
+            HeartbeatRequest(
+                "g",
+                "b",
+                0,
+                rebalance_timeout_ms=1,
+                subscribed_topic_names=("t",),
+                owned=frozenset(),
+            )
+        )
         assert refused.error is ErrorCode.group_id_not_found
         assert c.consumer_group("g")[0] is ErrorCode.group_id_not_found
 
@@ -358,3 +363,99 @@ def test_the_most_requested_assignor_wins() -> None:
     h2 = Harness()
     h2.join("a")
     assert h2.group().assignor_name == "uniform"
+
+
+def reloaded(h: Harness, *, compact: bool = False) -> Harness:
+    """A new coordinator over the same log (a restart, or a failover to another broker)."""
+    log = h.log
+    if compact:
+        for partition in list(log.batches):
+            log.compact(partition)
+    other = Harness.__new__(Harness)
+    other.clock, other.topics, other.log = h.clock, h.topics, log
+    other.coord = GroupCoordinator(
+        log,
+        h.clock,
+        h.coord.config,
+        topics=lambda name: (TOPIC_ID, other.topics[name]) if name in other.topics else None,
+    )
+    run(other.coord.load)
+    other.owned, other.epochs = dict(h.owned), dict(h.epochs)
+    return other
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_restart_keeps_members_epochs_and_assignments(compact: bool) -> None:
+    h = Harness()
+    h.join("a", server_assignor="range")
+    h.join("b")
+    h.beat("a")  # a revokes; b's share is now free but not yet given
+    before = h.group()
+    after = reloaded(h, compact=compact)
+    group = after.group()
+    assert (group.group_epoch, group.assignment_epoch, group.assignor_name) == (
+        before.group_epoch,
+        before.assignment_epoch,
+        "range",
+    )
+    assert group.target == before.target
+    for member_id, member in before.members.items():
+        restored = group.members[member_id]
+        assert restored.recon == member.recon
+        assert restored.subscribed == member.subscribed
+    # The members carry on at their epochs: no UNKNOWN_MEMBER_ID, no fencing, and the
+    # hand-over finishes with every partition owned once.
+    after.settle("a", "b")
+    covers(after, "a", "b")
+    assert after.group().state.value == "Stable"
+
+
+def test_a_member_that_died_with_the_coordinator_is_fenced_after_the_load() -> None:
+    h = Harness()
+    h.join("a")
+    h.join("b")
+    h.settle("a", "b")
+    after = reloaded(h)
+    after.clock.advance(SESSION // 2)
+    after.beat("a")
+    after.clock.advance(SESSION // 2 + 1)
+    run(after.coord.poll)  # b never came back
+    after.settle("a")
+    covers(after, "a")
+    # And that is durable too: b stays gone after another restart.
+    assert set(reloaded(after).group().members) == {"a"}
+
+
+def test_leaving_deleting_and_changing_protocol_are_durable() -> None:
+    h = Harness(group_initial_rebalance_delay_ms=0)
+    h.join("a")
+    h.hb(HeartbeatRequest("g", "a", -1))
+    assert reloaded(h).group().members == {}
+
+    async def to_classic() -> None:
+        join = await h.coord.join_group(
+            "g",
+            "",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+        )
+        assert join.error is ErrorCode.none
+
+    run(to_classic)
+    # Its consumer-protocol records are deleted (the classic one comes with a SyncGroup).
+    assert reloaded(h).coord.group("g") is None
+
+    other = Harness()
+    other.join("x")
+    other.hb(HeartbeatRequest("g", "x", -1))
+    assert run(lambda: other.coord.delete_groups(["g"]))["g"] is ErrorCode.none
+    assert reloaded(other).coord.group("g") is None
+
+
+def test_a_heartbeat_whose_records_cannot_be_written_fails() -> None:
+    h = Harness()
+    h.log.fail_with = OSError("disk gone")
+    result = h.join("a")
+    assert result.error is ErrorCode.not_coordinator

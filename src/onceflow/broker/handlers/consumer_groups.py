@@ -48,7 +48,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
             for p in t.partitions
         )
     rebalance = request.rebalance_timeout // _ONE_MS
-    result = _coordinator(ctx).consumer_group_heartbeat(
+    result = await _coordinator(ctx).consumer_group_heartbeat(
         HeartbeatRequest(
             group_id=request.group_id,
             member_id=request.member_id,

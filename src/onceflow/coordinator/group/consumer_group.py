@@ -63,6 +63,22 @@ class ConsumerGroup:
         self.assignor_name = ""
         # Which member owns each partition (assigned, or being revoked).
         self._owners: dict[TopicPartition, str] = {}
+        # What changed since the last `take_changes`, to be written to the log: the
+        # group-level fields, and the members whose record is to be rewritten (or deleted,
+        # for those no longer members).
+        self.group_changed = False
+        self.changed_members: set[str] = set()
+        # Made from an empty classic group whose classic record is still to be deleted.
+        self.replaces_classic = False
+
+    def take_changes(self) -> tuple[bool, set[str]]:
+        changes = (self.group_changed, self.changed_members)
+        self.group_changed, self.changed_members = False, set()
+        return changes
+
+    def bump_epoch(self) -> None:
+        self.group_epoch += 1
+        self.group_changed = True
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -91,6 +107,8 @@ class ConsumerGroup:
                 del self._owners[tp]
         for tp in recon.owned:
             self._owners[tp] = member.member_id
+        if recon != member.recon:
+            self.changed_members.add(member.member_id)
         member.recon = recon
 
     def remove(self, member_id: str) -> ConsumerMember | None:
@@ -101,8 +119,16 @@ class ConsumerGroup:
             return None
         self.set_reconciliation(member, Reconciliation())
         self.target.pop(member_id, None)
-        self.group_epoch += 1
+        self.changed_members.add(member_id)
+        self.bump_epoch()
         return member
+
+    def restore(self, member: ConsumerMember, target: Partitions) -> None:
+        """Put back a member read from the log, with its target and its partitions."""
+        self.members[member.member_id] = member
+        self.target[member.member_id] = target
+        for tp in member.recon.owned:
+            self._owners[tp] = member.member_id
 
     def compute_target(self, default_assignor: str) -> None:
         """A new target assignment for every member, at the current group epoch."""
@@ -112,8 +138,11 @@ class ConsumerGroup:
             for m in self.members.values()
         }
         counts = {name: count for name, (_, count) in self.topics.items()}
-        self.target = dict(ASSIGNORS[self.assignor_name](specs, counts))
+        target = dict(ASSIGNORS[self.assignor_name](specs, counts))
+        self.changed_members |= {m for m in target if target[m] != self.target.get(m)}
+        self.target = target
         self.assignment_epoch = self.group_epoch
+        self.group_changed = True
 
     def _preferred_assignor(self, default: str) -> str:
         """As Kafka: the assignor most members ask for, else the broker's first."""

@@ -145,9 +145,12 @@ class ConsumerHeartbeats:
         if isinstance(member, HeartbeatResult):
             return member
         before = member.recon.assigned
+        described = _described(member)
         subscription_changed = _update_member(member, request)
+        if _described(member) != described:
+            group.changed_members.add(member.member_id)
         if self._refresh_topics(group) or subscription_changed:
-            group.group_epoch += 1
+            group.bump_epoch()
         if group.group_epoch > group.assignment_epoch:
             group.compute_target(self._assignors[0])
             log.info(
@@ -196,8 +199,11 @@ class ConsumerHeartbeats:
             )
         if not joining:
             return _fail(request, ErrorCode.unknown_member_id, "The group is not known.")
-        # An empty classic group (offsets only) changes protocol; its offsets stay.
+        # An empty classic group (offsets only) changes protocol; its offsets stay, its
+        # classic record goes (the heartbeat's writes include a tombstone for it).
         group.consumer = ConsumerGroup()
+        group.consumer.group_changed = True
+        group.consumer.replaces_classic = True
         return group.consumer
 
     def _member(
@@ -222,6 +228,7 @@ class ConsumerHeartbeats:
             # Its subscription, set next, bumps the group epoch.
             member = ConsumerMember(member_id, request.client_id, request.client_host)
             group.members[member_id] = member
+            group.changed_members.add(member_id)
             return member
         if member is None:
             return _fail(
@@ -307,6 +314,19 @@ class ConsumerHeartbeats:
                 continue
             group.remove(member.member_id)
             log.info("consumer group %s: member %s fenced: %s", group_id, member.member_id, reason)
+
+
+def _described(member: ConsumerMember) -> tuple[object, ...]:
+    """What of a member, besides its assignment, its record holds."""
+    return (
+        member.client_id,
+        member.client_host,
+        member.instance_id,
+        member.rack_id,
+        member.rebalance_timeout_ms,
+        member.subscribed,
+        member.server_assignor,
+    )
 
 
 def _update_member(member: ConsumerMember, request: HeartbeatRequest) -> bool:

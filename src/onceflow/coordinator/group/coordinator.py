@@ -37,10 +37,11 @@ from onceflow.coordinator.group.consumer_protocol import (
     HeartbeatResult,
     TopicLookup,
 )
+from onceflow.coordinator.group.consumer_records import change_records, tombstones
 from onceflow.coordinator.group.deletion import GroupDeleter
 from onceflow.coordinator.group.join import Joiner, JoinRequest
 from onceflow.coordinator.group.log import OffsetsLog
-from onceflow.coordinator.group.manager import GroupMetadataManager
+from onceflow.coordinator.group.manager import GroupMetadataManager, append_error
 from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from onceflow.coordinator.group.offsets import OFFSETS_TOPIC, OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group.rebalance import Rebalancer, new_future
@@ -238,6 +239,7 @@ class GroupCoordinator:
                 self._rebalancer.expire(group)
                 if group.consumer is not None:
                     self._consumers.expire(group.group_id, group.consumer)
+                    await self._write_consumer_changes(group.group_id)
         now = self._clock.monotonic_ms()
         if self._next_retention_check_ms is not None and now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
@@ -288,7 +290,7 @@ class GroupCoordinator:
         ):
             error = ErrorCode.invalid_session_timeout
         if error is None:
-            error = self._classic_join_to_consumer_group(group_id)
+            error = await self._classic_join_to_consumer_group(group_id)
         if error is not None:
             return JoinResult.failed(member_id, error)
         request = JoinRequest(
@@ -309,7 +311,7 @@ class GroupCoordinator:
         # that another request for the same member may share.
         return await asyncio.shield(future)
 
-    def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode | None:
+    async def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode | None:
         """A classic JoinGroup meeting a consumer-protocol group: an empty one becomes a
         classic group (its offsets kept), as in Kafka; a non-empty one is refused, since
         classic members inside a consumer group (Kafka's online migration) are not here."""
@@ -318,16 +320,41 @@ class GroupCoordinator:
             return None
         if group.consumer.members:
             return ErrorCode.inconsistent_group_protocol
+        records = tombstones(group_id, group.consumer)
         group.consumer = None
+        try:
+            await self._manager.append_records(group_id, records)
+        except Exception as exc:
+            return append_error(exc, offsets=False)
         return None
 
     # -- ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848)
 
-    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; answered once what it changed is in the log."""
         error = self.coordinator_error(request.group_id) if request.group_id else ErrorCode.none
         if error is not ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
-        return self._consumers.heartbeat(request)
+        result = self._consumers.heartbeat(request)
+        failed = await self._write_consumer_changes(request.group_id)
+        if failed is not None and result.error is ErrorCode.none:
+            return HeartbeatResult(failed, None, request.member_id or None)
+        return result
+
+    async def _write_consumer_changes(self, group_id: str) -> ErrorCode | None:
+        """Append the records of what changed in a consumer group; the error, if that
+        failed (the client retries, or finds the new coordinator)."""
+        group = self._manager.get(group_id)
+        if group is None or group.consumer is None:
+            return None
+        records = change_records(group_id, group.consumer)
+        if not records:
+            return None
+        try:
+            await self._manager.append_records(group_id, records)
+        except Exception as exc:
+            return append_error(exc, offsets=False)
+        return None
 
     def consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe's view of one group: its error and message, or the group."""

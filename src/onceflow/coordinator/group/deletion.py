@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from onceflow.clock import Clock
+from onceflow.coordinator.group.consumer_records import tombstones
 from onceflow.coordinator.group.log import KeyValue
 from onceflow.coordinator.group.manager import GroupMetadataManager, append_error
 from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
@@ -79,6 +80,8 @@ class GroupDeleter:
             (encode_offset_key(group_id, tp.topic, tp.partition), None) for tp in partitions
         ]
         records.append((encode_group_key(group_id), None))
+        if group.consumer is not None:
+            records += tombstones(group_id, group.consumer)
         try:
             await self._manager.append_records(group_id, records)
         except Exception as exc:
