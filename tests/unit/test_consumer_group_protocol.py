@@ -243,12 +243,11 @@ def test_member_epochs_are_fenced_as_kafka_fences_them() -> None:
     assert lost.error is ErrorCode.none and lost.member_epoch == epoch
 
 
-def test_an_unknown_group_makes_a_heartbeating_member_rejoin() -> None:
-    """After a restart the group is gone (not persisted): UNKNOWN_MEMBER_ID, not the fatal
-    GROUP_ID_NOT_FOUND, so librdkafka rejoins with epoch 0."""
+def test_a_heartbeat_to_an_unknown_group_is_group_id_not_found() -> None:
+    """As Kafka: only a join (epoch 0) creates a group."""
     h = Harness()
     result = h.hb(HeartbeatRequest("g", "a", 5, owned=frozenset()))
-    assert result.error is ErrorCode.unknown_member_id
+    assert result.error is ErrorCode.group_id_not_found
 
 
 def test_commits_need_the_current_member_epoch() -> None:

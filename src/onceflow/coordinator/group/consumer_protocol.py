@@ -10,8 +10,8 @@ Each heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat, step by ste
    when it changed or the request was a full one.
 
 `expire` fences members past their session timeout, or past their rebalance timeout while
-asked to revoke partitions. Nothing is written to `__consumer_offsets` (yet): after a
-coordinator restart or failover members get UNKNOWN_MEMBER_ID and rejoin with epoch 0.
+asked to revoke partitions. What changed is marked on the group; the coordinator writes it
+to `__consumer_offsets` (consumer_records.py) before the heartbeat is answered.
 """
 
 from __future__ import annotations
@@ -183,22 +183,22 @@ class ConsumerHeartbeats:
         joining = request.member_epoch == JOIN_EPOCH
         if group is None:
             if not joining:
-                # Kafka answers GROUP_ID_NOT_FOUND, but only because it never forgets a
-                # group; here a restart does, and this makes the member rejoin.
-                return _fail(request, ErrorCode.unknown_member_id, "The group is not known.")
+                return _fail(
+                    request,
+                    ErrorCode.group_id_not_found,
+                    f"Consumer group {request.group_id} not found.",
+                )
             group = self._manager.add(GroupMetadata(request.group_id, self._clock.now_ms()))
         if group.is_(GroupState.DEAD):
             return _fail(request, ErrorCode.coordinator_not_available, None)
         if group.consumer is not None:
             return group.consumer
-        if group.members or not group.is_(GroupState.EMPTY):
+        if not joining or group.members or not group.is_(GroupState.EMPTY):
             return _fail(
                 request,
                 ErrorCode.group_id_not_found,
                 f"Group {request.group_id} is not a consumer group",
             )
-        if not joining:
-            return _fail(request, ErrorCode.unknown_member_id, "The group is not known.")
         # An empty classic group (offsets only) changes protocol; its offsets stay, its
         # classic record goes (the heartbeat's writes include a tombstone for it).
         group.consumer = ConsumerGroup()
