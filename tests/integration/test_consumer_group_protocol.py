@@ -339,3 +339,26 @@ def test_a_broker_restart_keeps_the_group(broker: BrokerProcess) -> None:
     finally:
         for m in members:
             m.consumer.close()
+
+
+@pytest.mark.broker_overrides(FAST_GROUPS)
+def test_a_regex_subscription(broker: BrokerProcess) -> None:
+    """librdkafka sends a `^` subscription as SubscribedTopicRegex; the broker resolves it."""
+    prefix = f"rx{os.getpid()}"
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other{os.getpid()}"):
+        create_topic(broker.bootstrap, name=name, partitions=2)
+    member = Member(broker.bootstrap, f"^{prefix}-.*", "kip848-regex")
+    try:
+        poll_until(
+            [member],
+            lambda: (
+                {(tp.topic, tp.partition) for tp in member.consumer.assignment()}
+                == {(f"{prefix}-{t}", p) for t in "ab" for p in (0, 1)}
+            ),
+            "the regex's four partitions",
+        )
+        admin = admin_client(broker.bootstrap)
+        described = admin.describe_consumer_groups(["kip848-regex"])["kip848-regex"]
+        assert described.result(WAIT_S).type is ConsumerGroupType.CONSUMER
+    finally:
+        member.consumer.close()

@@ -61,7 +61,8 @@ def topic(shared_broker: BrokerProcess) -> str:
         ({"member_id": ""}, ErrorCode.invalid_request),
         ({"rack_id": ""}, ErrorCode.invalid_request),
         ({"member_epoch": -3}, ErrorCode.invalid_request),
-        ({"subscribed_topic_regex": "t-.*"}, ErrorCode.invalid_request),
+        ({"subscribed_topic_regex": "t-["}, ErrorCode.invalid_regular_expression),
+        ({"subscribed_topic_names": (), "subscribed_topic_regex": ""}, ErrorCode.invalid_request),
     ],
 )
 def test_bad_heartbeats_get_kafka_s_codes(

@@ -46,6 +46,7 @@ class Harness:
             self.clock,
             GroupCoordinatorConfig(**settings),
             topics=lambda name: (TOPIC_ID, self.topics[name]) if name in self.topics else None,
+            topic_names=lambda: list(self.topics),
         )
         run(self.coord.load)
         self.owned: dict[str, frozenset[TopicPartition]] = {}
@@ -194,7 +195,7 @@ def test_partition_growth_and_new_topics_bump_the_group_epoch() -> None:
         ({"member_id": ""}, ErrorCode.invalid_request),
         ({"instance_id": ""}, ErrorCode.invalid_request),
         ({"rack_id": ""}, ErrorCode.invalid_request),
-        ({"subscribed_topic_regex": "t.*"}, ErrorCode.invalid_request),
+        ({"subscribed_topic_regex": "t["}, ErrorCode.invalid_regular_expression),
         ({"member_epoch": -3}, ErrorCode.invalid_request),
         ({"group_id": ""}, ErrorCode.invalid_request),
     ],
@@ -377,6 +378,7 @@ def reloaded(h: Harness, *, compact: bool = False) -> Harness:
         h.clock,
         h.coord.config,
         topics=lambda name: (TOPIC_ID, other.topics[name]) if name in other.topics else None,
+        topic_names=lambda: list(other.topics),
     )
     run(other.coord.load)
     other.owned, other.epochs = dict(h.owned), dict(h.epochs)
@@ -458,3 +460,32 @@ def test_a_heartbeat_whose_records_cannot_be_written_fails() -> None:
     h.log.fail_with = OSError("disk gone")
     result = h.join("a")
     assert result.error is ErrorCode.not_coordinator
+
+
+def test_a_regex_subscription_follows_the_topics() -> None:
+    h = Harness()
+    h.topics.update({"orders-eu": 2, "orders-us": 2, "other": 5})
+    h.join("a", topics=(), subscribed_topic_regex="orders-.*")
+    assert {tp.topic for tp in h.owned["a"]} == {"orders-eu", "orders-us"}
+    assert len(h.owned["a"]) == 4
+    # A new matching topic joins the subscription once the regexes are matched again.
+    h.topics["orders-asia"] = 1
+    h.settle("a")
+    assert len(h.owned["a"]) == 4
+    h.clock.advance(10_000)
+    h.settle("a")
+    assert len(h.owned["a"]) == 5
+    # Names and a regex together; "" drops the regex.
+    h.beat("a", subscribed_topic_names=("other",), subscribed_topic_regex="")
+    h.settle("a")
+    assert {tp.topic for tp in h.owned["a"]} == {"other"}
+
+
+def test_a_regex_survives_a_restart() -> None:
+    h = Harness()
+    h.topics.update({"orders-eu": 2})
+    h.join("a", topics=(), subscribed_topic_regex="orders-.*")
+    after = reloaded(h)
+    assert after.group().members["a"].regex == "orders-.*"
+    after.settle("a")
+    assert {tp.topic for tp in after.owned["a"]} == {"orders-eu"}

@@ -134,6 +134,7 @@ class Broker:
             log=_OffsetsTopicLog(self),
             config=GroupCoordinatorConfig.from_broker_config(config),
             topics=self._topic_size,
+            topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
         )
         self._timers: list[asyncio.Task[None]] = []
         self._background_tasks: set[asyncio.Task[None]] = set()

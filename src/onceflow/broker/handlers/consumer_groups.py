@@ -178,7 +178,7 @@ def _member(ctx: RequestContext, group: ConsumerGroup, member: ConsumerMember) -
         client_id=member.client_id,
         client_host=member.client_host,
         subscribed_topic_names=member.subscribed,
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=member.regex,
         assignment=_assignment(ctx, member.recon.assigned),
         target_assignment=_assignment(ctx, group.target.get(member.member_id, frozenset())),
         member_type=CONSUMER_MEMBER,

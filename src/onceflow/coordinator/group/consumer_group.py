@@ -46,6 +46,7 @@ class ConsumerMember:
     rack_id: str | None = None
     rebalance_timeout_ms: int = 0
     subscribed: tuple[str, ...] = ()
+    regex: str | None = None  # SubscribedTopicRegex: topics matching it are subscribed too
     server_assignor: str | None = None
     recon: Reconciliation = field(default_factory=Reconciliation)
     session_deadline_ms: int = 0
@@ -70,6 +71,9 @@ class ConsumerGroup:
         self.changed_members: set[str] = set()
         # Made from an empty classic group whose classic record is still to be deleted.
         self.replaces_classic = False
+        # The topics each member regex matched when last resolved, and when to look again.
+        self.regex_topics: dict[str, frozenset[str]] = {}
+        self.regex_refresh_ms = 0
 
     def take_changes(self) -> tuple[bool, set[str]]:
         changes = (self.group_changed, self.changed_members)
@@ -95,7 +99,15 @@ class ConsumerGroup:
         return ConsumerGroupState.STABLE
 
     def subscribed_topics(self) -> frozenset[str]:
-        return frozenset(t for m in self.members.values() for t in m.subscribed)
+        return frozenset(t for m in self.members.values() for t in self.member_topics(m))
+
+    def member_topics(self, member: ConsumerMember) -> frozenset[str]:
+        """What a member subscribes to: its topic names and what its regex matches."""
+        matched = self.regex_topics.get(member.regex, frozenset()) if member.regex else frozenset()
+        return frozenset(member.subscribed) | matched
+
+    def regexes(self) -> frozenset[str]:
+        return frozenset(m.regex for m in self.members.values() if m.regex)
 
     def owner(self, tp: TopicPartition) -> str | None:
         return self._owners.get(tp)
@@ -134,7 +146,7 @@ class ConsumerGroup:
         """A new target assignment for every member, at the current group epoch."""
         self.assignor_name = self._preferred_assignor(default_assignor)
         specs = {
-            m.member_id: MemberSpec(frozenset(m.subscribed), self.target.get(m.member_id, _NONE))
+            m.member_id: MemberSpec(self.member_topics(m), self.target.get(m.member_id, _NONE))
             for m in self.members.values()
         }
         counts = {name: count for name, (_, count) in self.topics.items()}

@@ -17,8 +17,9 @@ to `__consumer_offsets` (consumer_records.py) before the heartbeat is answered.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from onceflow.clock import Clock
@@ -47,6 +48,11 @@ CLIENT_MEMBER_ID_VERSION = 1
 
 # A topic's id and partition count, None when it does not exist.
 TopicLookup = Callable[[str], tuple[uuid.UUID | None, int] | None]
+# Every topic a regex may match (internal topics left out, as Kafka leaves them out).
+TopicNames = Callable[[], Iterable[str]]
+# How often a group's regexes are matched against the topics again (Kafka's is 10 s too):
+# a topic created since then joins the subscription at the first heartbeat after that.
+REGEX_REFRESH_INTERVAL_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +95,14 @@ def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> Hear
     if request.rack_id == "":
         return fail("RackId can't be empty.")
     if request.subscribed_topic_regex:  # "" (librdkafka sends it) means no regex, as in Kafka
-        return fail("SubscribedTopicRegex is not supported by Onceflow.")
+        try:
+            re.compile(request.subscribed_topic_regex)
+        except re.error as exc:
+            return fail(
+                f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
+                f"regular expression: {exc}.",
+                ErrorCode.invalid_regular_expression,
+            )
     epoch = request.member_epoch
     client_made_id = request.api_version >= CLIENT_MEMBER_ID_VERSION
     if (client_made_id or epoch != JOIN_EPOCH) and not request.member_id:
@@ -99,8 +112,10 @@ def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> Hear
             return fail("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or request.owned:
             return fail("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names:
-            return fail("SubscribedTopicNames must be set in first request.")
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+            return fail(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
     elif epoch == LEAVE_STATIC_EPOCH:
         if request.instance_id is None:
             return fail("InstanceId can't be null.")
@@ -122,12 +137,14 @@ class ConsumerHeartbeats:
         config: GroupCoordinatorConfig,
         manager: GroupMetadataManager,
         topics: TopicLookup,
+        topic_names: TopicNames,
         new_uuid: Callable[[], str],
     ) -> None:
         self._clock = clock
         self._config = config
         self._manager = manager
         self._topics = topics
+        self._topic_names = topic_names
         self._new_uuid = new_uuid
         self._assignors = tuple(a for a in config.consumer_assignors if a in ASSIGNORS)
 
@@ -149,7 +166,8 @@ class ConsumerHeartbeats:
         subscription_changed = _update_member(member, request)
         if _described(member) != described:
             group.changed_members.add(member.member_id)
-        if self._refresh_topics(group) or subscription_changed:
+        regexes_changed = self._refresh_regexes(group)
+        if self._refresh_topics(group) or subscription_changed or regexes_changed:
             group.bump_epoch()
         if group.group_epoch > group.assignment_epoch:
             group.compute_target(self._assignors[0])
@@ -269,6 +287,23 @@ class ConsumerHeartbeats:
             heartbeat_interval_ms=0,
         )
 
+    def _refresh_regexes(self, group: ConsumerGroup) -> bool:
+        """Match the members' regexes against the topics when one is new or the refresh
+        interval passed; True when what some regex matches changed."""
+        regexes = group.regexes()
+        now = self._clock.monotonic_ms()
+        if set(group.regex_topics) == regexes and now < group.regex_refresh_ms:
+            return False
+        group.regex_refresh_ms = now + REGEX_REFRESH_INTERVAL_MS
+        names = list(self._topic_names()) if regexes else []
+        resolved = {
+            regex: frozenset(n for n in names if re.fullmatch(regex, n)) for regex in regexes
+        }
+        if resolved == group.regex_topics:
+            return False
+        group.regex_topics = resolved
+        return True
+
     def _refresh_topics(self, group: ConsumerGroup) -> bool:
         """Whether a subscribed topic appeared, vanished or grew (a new assignment is due)."""
         topics: TopicsMetadata = {}
@@ -325,6 +360,7 @@ def _described(member: ConsumerMember) -> tuple[object, ...]:
         member.rack_id,
         member.rebalance_timeout_ms,
         member.subscribed,
+        member.regex,
         member.server_assignor,
     )
 
@@ -344,6 +380,10 @@ def _update_member(member: ConsumerMember, request: HeartbeatRequest) -> bool:
         subscribed = tuple(sorted(set(request.subscribed_topic_names)))
         changed = subscribed != member.subscribed
         member.subscribed = subscribed
+    if request.subscribed_topic_regex is not None:
+        regex = request.subscribed_topic_regex or None
+        changed = changed or regex != member.regex
+        member.regex = regex
     if request.server_assignor is not None and request.server_assignor != member.server_assignor:
         member.server_assignor = request.server_assignor
         changed = True

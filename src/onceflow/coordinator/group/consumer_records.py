@@ -12,7 +12,8 @@ the newest of each and a null value deletes it:
                      int32 partition count
     member value v0  nullable string instance_id, nullable string rack_id,
                      string client_id, string client_host, int32 rebalance_timeout,
-                     array of string subscribed topics, nullable string server_assignor,
+                     array of string subscribed topics, nullable string regex,
+                     nullable string server_assignor,
                      int8 state, int32 epoch, int32 previous_epoch, and three partition
                      sets (assigned, revoking, target), each an array of
                      (string topic, array of int32 partitions)
@@ -93,6 +94,7 @@ def encode_member_value(member: ConsumerMember, target: Partitions) -> bytes:
         _I32.pack(member.rebalance_timeout_ms),
         _I32.pack(len(member.subscribed)),
         *(encode_string(t) for t in member.subscribed),
+        encode_nullable_string(member.regex),
         encode_nullable_string(member.server_assignor),
         _I8.pack(_STATES.index(recon.state)),
         _I32.pack(recon.epoch),
@@ -185,6 +187,7 @@ def decode_member_value(member_id: str, data: bytes) -> MemberRecord:
     )
     member.rebalance_timeout_ms = reader.i32()
     member.subscribed = tuple(reader.string() for _ in range(_count(reader.i32())))
+    member.regex = reader.nullable_string()
     member.server_assignor = reader.nullable_string()
     state = reader.i8()
     if not 0 <= state < len(_STATES):

@@ -36,6 +36,7 @@ from onceflow.coordinator.group.consumer_protocol import (
     HeartbeatRequest,
     HeartbeatResult,
     TopicLookup,
+    TopicNames,
 )
 from onceflow.coordinator.group.consumer_records import change_records, tombstones
 from onceflow.coordinator.group.deletion import GroupDeleter
@@ -84,12 +85,14 @@ class GroupCoordinator:
         new_uuid: Callable[[], str] | None = None,
         serve_all: bool = True,
         topics: TopicLookup | None = None,
+        topic_names: TopicNames | None = None,
     ) -> None:
         """Settings come from `config` (default: Kafka's), each keyword overriding one.
 
         `serve_all=False` is for a broker of a cluster: no partition is served (every group
         answers NOT_COORDINATOR) until `load_partition` loads it. `topics` tells a topic's
-        id and partition count (None: no such topic), for consumer-protocol assignments.
+        id and partition count (None: no such topic), for consumer-protocol assignments, and
+        `topic_names` lists the topics their regex subscriptions may match.
         """
         overrides: dict[str, Any] = {
             "offsets_topic_num_partitions": offsets_partitions,
@@ -110,7 +113,12 @@ class GroupCoordinator:
         make_uuid = new_uuid or (lambda: str(uuid.uuid4()))
         self._joiner = Joiner(clock, self.config, self._manager, self._rebalancer, make_uuid)
         self._consumers = ConsumerHeartbeats(
-            clock, self.config, self._manager, topics or (lambda _: None), make_uuid
+            clock,
+            self.config,
+            self._manager,
+            topics or (lambda _: None),
+            topic_names or (lambda: ()),
+            make_uuid,
         )
         self._closed = False
         # The offsets-expiry timer: armed by the first load (of all or of one partition).
