@@ -30,6 +30,7 @@ from tests.helpers.clients import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSION_MS = 2_000
+HEARTBEAT_S = 0.2
 WAIT_S = 30.0
 # Small session timeout and heartbeat interval, so a dead member is noticed quickly;
 # transactions of a killed copier are aborted soon after their 5 s timeout.
@@ -45,8 +46,10 @@ FAST_GROUPS = {
 class Member:
     """An in-process consumer recording what each rebalance callback reports."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        self.consumer: Consumer = consumer(bootstrap, group, **{"group.protocol": "consumer"})
+    def __init__(self, bootstrap: str, topic: str, group: str, **conf: Any) -> None:
+        self.consumer: Consumer = consumer(
+            bootstrap, group, **{"group.protocol": "consumer", **conf}
+        )
         self.assigned: list[set[int]] = []
         self.revoked: list[set[int]] = []
         self.records = 0
@@ -362,3 +365,43 @@ def test_a_regex_subscription(broker: BrokerProcess) -> None:
         assert described.result(WAIT_S).type is ConsumerGroupType.CONSUMER
     finally:
         member.consumer.close()
+
+
+@pytest.mark.broker_overrides({**FAST_GROUPS, "group.consumer.session.timeout.ms": "10000"})
+def test_a_static_member_restarts_without_moving_partitions(broker: BrokerProcess) -> None:
+    """A static member's close is a temporary leave (epoch -2): its partitions wait for it,
+    and its next incarnation gets them back; the other member sees no rebalance at all."""
+    topic = create_topic(broker.bootstrap, partitions=4)
+    group = "kip848-static"
+    static = Member(broker.bootstrap, topic, group, **{"group.instance.id": "instance-a"})
+    other = Member(broker.bootstrap, topic, group)
+    members = [static, other]
+    try:
+        poll_until(
+            members,
+            lambda: (
+                disjoint_cover([m.partitions() for m in members], 4)
+                and all(m.partitions() for m in members)
+            ),
+            "two members sharing four partitions",
+        )
+        held = static.partitions()
+        callbacks = (len(other.assigned), len(other.revoked))
+        static.consumer.close()
+        members = [other]
+        # Several of the other member's heartbeats: had the static member left for good,
+        # its partitions would now move to the other member.
+        deadline = time.monotonic() + 10 * HEARTBEAT_S
+        while time.monotonic() < deadline:
+            other.poll()
+        assert other.partitions() == {0, 1, 2, 3} - held
+        again = Member(broker.bootstrap, topic, group, **{"group.instance.id": "instance-a"})
+        members.append(again)
+        poll_until(members, lambda: again.partitions() == held, "the new incarnation's partitions")
+        for _ in range(20):  # and the other member is left alone
+            other.poll()
+        assert (len(other.assigned), len(other.revoked)) == callbacks
+        assert disjoint_cover([m.partitions() for m in members], 4)
+    finally:
+        for m in members:
+            m.consumer.close()

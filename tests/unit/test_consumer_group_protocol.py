@@ -18,7 +18,7 @@ from onceflow.coordinator.group import (
     OffsetCommitEntry,
     TopicPartition,
 )
-from onceflow.coordinator.group.consumer_protocol import HeartbeatRequest, HeartbeatResult
+from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
 from onceflow.errors import ErrorCode
 
 T = TypeVar("T")
@@ -489,3 +489,48 @@ def test_a_regex_survives_a_restart() -> None:
     assert after.group().members["a"].regex == "orders-.*"
     after.settle("a")
     assert {tp.topic for tp in after.owned["a"]} == {"orders-eu"}
+
+
+def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance() -> None:
+    h = Harness()
+    h.join("a1", instance_id="i-a")
+    h.join("b")
+    h.settle("a1", "b")
+    kept, epoch = h.owned["a1"], h.group().group_epoch
+    left = h.hb(HeartbeatRequest("g", "a1", -2, instance_id="i-a"))
+    assert (left.error, left.member_epoch) == (ErrorCode.none, -2)
+    h.settle("b")  # b gets nothing of a's meanwhile
+    assert not h.owned["b"] & kept
+    # A new incarnation (new member id) takes its place and its partitions.
+    back = h.join("a2", instance_id="i-a")
+    assert back.error is ErrorCode.none and h.owned["a2"] == kept
+    assert h.group().group_epoch == epoch
+    assert "a1" not in h.group().members
+    zombie = h.hb(HeartbeatRequest("g", "a1", 3, instance_id="i-a", owned=frozenset()))
+    assert zombie.error is ErrorCode.fenced_instance_id
+    # And durably so.
+    restored = reloaded(h).group()
+    assert restored.static_members == {"i-a": "a2"}
+
+
+def test_an_instance_id_in_use_is_not_released() -> None:
+    h = Harness()
+    h.join("a1", instance_id="i-a")
+    assert h.join("a2", instance_id="i-a").error is ErrorCode.unreleased_instance_id
+    unknown = h.hb(HeartbeatRequest("g", "a1", 1, instance_id="i-zz", owned=frozenset()))
+    assert unknown.error is ErrorCode.unknown_member_id
+
+
+def test_a_static_member_that_never_returns_expires() -> None:
+    h = Harness()
+    h.join("a1", instance_id="i-a")
+    h.join("b")
+    h.settle("a1", "b")
+    h.hb(HeartbeatRequest("g", "a1", -2, instance_id="i-a"))
+    for _ in range(3):
+        h.clock.advance(SESSION // 2)
+        h.beat("b")
+        run(h.coord.poll)
+    h.settle("b")
+    covers(h, "b")
+    assert h.group().static_members == {}

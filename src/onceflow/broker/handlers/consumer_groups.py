@@ -18,7 +18,7 @@ from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.coordinator.group import GroupCoordinator, TopicPartition
 from onceflow.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
-from onceflow.coordinator.group.consumer_protocol import HeartbeatRequest
+from onceflow.coordinator.group.consumer_messages import HeartbeatRequest
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType

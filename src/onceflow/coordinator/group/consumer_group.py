@@ -59,6 +59,7 @@ class ConsumerGroup:
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, Partitions] = {}
         self.topics: TopicsMetadata = {}
         self.assignor_name = ""
@@ -123,12 +124,32 @@ class ConsumerGroup:
             self.changed_members.add(member.member_id)
         member.recon = recon
 
+    def add(self, member: ConsumerMember) -> None:
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        self.changed_members.add(member.member_id)
+
+    def replace(self, old: ConsumerMember, new: ConsumerMember) -> None:
+        """A static member's new incarnation takes its place: its assignment, target and
+        partitions, without a new group epoch (Kafka's replaceMember)."""
+        del self.members[old.member_id]
+        self.changed_members.add(old.member_id)
+        target = self.target.pop(old.member_id, frozenset())
+        self.restore(new, target)
+        self.changed_members.add(new.member_id)
+
     def remove(self, member_id: str) -> ConsumerMember | None:
         """Drop a member (it left or was fenced): its partitions are free for the others at
         their next heartbeat, and the next heartbeat computes a new target."""
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        if (
+            member.instance_id is not None
+            and self.static_members.get(member.instance_id) == member_id
+        ):
+            del self.static_members[member.instance_id]
         self.set_reconciliation(member, Reconciliation())
         self.target.pop(member_id, None)
         self.changed_members.add(member_id)
@@ -138,6 +159,8 @@ class ConsumerGroup:
     def restore(self, member: ConsumerMember, target: Partitions) -> None:
         """Put back a member read from the log, with its target and its partitions."""
         self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
         self.target[member.member_id] = target
         for tp in member.recon.owned:
             self._owners[tp] = member.member_id

@@ -19,8 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.assignors import ASSIGNORS
@@ -29,6 +28,17 @@ from onceflow.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     TopicsMetadata,
+)
+from onceflow.coordinator.group.consumer_members import leave, member_for
+from onceflow.coordinator.group.consumer_messages import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
+    NO_REBALANCE_TIMEOUT,
+    HeartbeatRequest,
+    HeartbeatResult,
+    failure,
+    invalid_request,
 )
 from onceflow.coordinator.group.manager import GroupMetadataManager
 from onceflow.coordinator.group.metadata import GroupMetadata
@@ -39,13 +49,6 @@ from onceflow.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-LEAVE_STATIC_EPOCH = -2
-NO_REBALANCE_TIMEOUT = -1
-# ConsumerGroupHeartbeat v1 (KIP-1082): the client makes its member id, even to join.
-CLIENT_MEMBER_ID_VERSION = 1
-
 # A topic's id and partition count, None when it does not exist.
 TopicLookup = Callable[[str], tuple[uuid.UUID | None, int] | None]
 # Every topic a regex may match (internal topics left out, as Kafka leaves them out).
@@ -53,81 +56,6 @@ TopicNames = Callable[[], Iterable[str]]
 # How often a group's regexes are matched against the topics again (Kafka's is 10 s too):
 # a topic created since then joins the subscription at the first heartbeat after that.
 REGEX_REFRESH_INTERVAL_MS = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = NO_REBALANCE_TIMEOUT
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Partitions | None = None  # the topic ids already turned into names
-    client_id: str = ""
-    client_host: str = ""
-    api_version: int = CLIENT_MEMBER_ID_VERSION
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = -1
-    heartbeat_interval_ms: int = 0
-    assignment: Partitions | None = None  # None: unchanged, not sent
-
-
-def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> HeartbeatResult | None:
-    """Kafka's checks of the request alone, with its messages; None when it is valid."""
-
-    def fail(message: str, error: ErrorCode = ErrorCode.invalid_request) -> HeartbeatResult:
-        return HeartbeatResult(error, message, request.member_id or None)
-
-    if not request.group_id:
-        return fail("GroupId can't be empty.")
-    if request.instance_id == "":
-        return fail("InstanceId can't be empty.")
-    if request.rack_id == "":
-        return fail("RackId can't be empty.")
-    if request.subscribed_topic_regex:  # "" (librdkafka sends it) means no regex, as in Kafka
-        try:
-            re.compile(request.subscribed_topic_regex)
-        except re.error as exc:
-            return fail(
-                f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
-                f"regular expression: {exc}.",
-                ErrorCode.invalid_regular_expression,
-            )
-    epoch = request.member_epoch
-    client_made_id = request.api_version >= CLIENT_MEMBER_ID_VERSION
-    if (client_made_id or epoch != JOIN_EPOCH) and not request.member_id:
-        return fail("MemberId can't be empty.")
-    if epoch == JOIN_EPOCH:
-        if request.rebalance_timeout_ms == NO_REBALANCE_TIMEOUT:
-            return fail("RebalanceTimeoutMs must be provided in first request.")
-        if request.owned is None or request.owned:
-            return fail("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
-            return fail(
-                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-            )
-    elif epoch == LEAVE_STATIC_EPOCH:
-        if request.instance_id is None:
-            return fail("InstanceId can't be null.")
-    elif epoch < LEAVE_STATIC_EPOCH:
-        return fail("MemberEpoch is invalid.")
-    if request.server_assignor is not None and request.server_assignor not in assignors:
-        return fail(
-            f"ServerAssignor {request.server_assignor} is not supported. "
-            f"Supported assignors: {', '.join(assignors)}.",
-            ErrorCode.unsupported_assignor,
-        )
-    return None
 
 
 class ConsumerHeartbeats:
@@ -157,8 +85,8 @@ class ConsumerHeartbeats:
             return found
         group = found
         if request.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
-            return self._leave(group, request)
-        member = self._member(group, request)
+            return leave(group, request)
+        member = member_for(group, request, self._config.consumer_max_size, self._new_uuid)
         if isinstance(member, HeartbeatResult):
             return member
         before = member.recon.assigned
@@ -201,18 +129,18 @@ class ConsumerHeartbeats:
         joining = request.member_epoch == JOIN_EPOCH
         if group is None:
             if not joining:
-                return _fail(
+                return failure(
                     request,
                     ErrorCode.group_id_not_found,
                     f"Consumer group {request.group_id} not found.",
                 )
             group = self._manager.add(GroupMetadata(request.group_id, self._clock.now_ms()))
         if group.is_(GroupState.DEAD):
-            return _fail(request, ErrorCode.coordinator_not_available, None)
+            return failure(request, ErrorCode.coordinator_not_available, None)
         if group.consumer is not None:
             return group.consumer
         if not joining or group.members or not group.is_(GroupState.EMPTY):
-            return _fail(
+            return failure(
                 request,
                 ErrorCode.group_id_not_found,
                 f"Group {request.group_id} is not a consumer group",
@@ -223,69 +151,6 @@ class ConsumerHeartbeats:
         group.consumer.group_changed = True
         group.consumer.replaces_classic = True
         return group.consumer
-
-    def _member(
-        self, group: ConsumerGroup, request: HeartbeatRequest
-    ) -> ConsumerMember | HeartbeatResult:
-        member_id = request.member_id
-        member = group.members.get(member_id)
-        if request.member_epoch == JOIN_EPOCH:
-            if member is None and len(group.members) >= self._config.consumer_max_size:
-                return _fail(
-                    request,
-                    ErrorCode.group_max_size_reached,
-                    "The consumer group has reached its maximum capacity of "
-                    f"{self._config.consumer_max_size} members.",
-                )
-            if member is not None:
-                # A rejoin: the member dropped everything (it sent no partitions), so
-                # what it owned is free now and it starts over.
-                group.remove(member_id)
-            if not member_id:
-                member_id = self._new_uuid()
-            # Its subscription, set next, bumps the group epoch.
-            member = ConsumerMember(member_id, request.client_id, request.client_host)
-            group.members[member_id] = member
-            group.changed_members.add(member_id)
-            return member
-        if member is None:
-            return _fail(
-                request,
-                ErrorCode.unknown_member_id,
-                f"Member {member_id} is not a member of group {request.group_id}.",
-            )
-        received, current = request.member_epoch, member.recon.epoch
-        if received > current or (
-            received < current
-            and (
-                received != member.recon.previous_epoch
-                or request.owned is None
-                or not request.owned <= member.recon.assigned
-            )
-        ):
-            return _fail(
-                request,
-                ErrorCode.fenced_member_epoch,
-                f"The consumer group member has a {'greater' if received > current else 'smaller'}"
-                f" member epoch ({received}) than the one known by the group coordinator "
-                f"({current}). The member must abandon all its partitions and rejoin.",
-            )
-        return member
-
-    def _leave(self, group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
-        if group.remove(request.member_id) is None:
-            return _fail(
-                request,
-                ErrorCode.unknown_member_id,
-                f"Member {request.member_id} is not a member of group {request.group_id}.",
-            )
-        log.info("consumer group %s: member %s left", request.group_id, request.member_id)
-        return HeartbeatResult(
-            ErrorCode.none,
-            member_id=request.member_id,
-            member_epoch=request.member_epoch,
-            heartbeat_interval_ms=0,
-        )
 
     def _refresh_regexes(self, group: ConsumerGroup) -> bool:
         """Match the members' regexes against the topics when one is new or the refresh
@@ -388,7 +253,3 @@ def _update_member(member: ConsumerMember, request: HeartbeatRequest) -> bool:
         member.server_assignor = request.server_assignor
         changed = True
     return changed
-
-
-def _fail(request: HeartbeatRequest, error: ErrorCode, message: str | None) -> HeartbeatResult:
-    return HeartbeatResult(error, message, request.member_id or None)

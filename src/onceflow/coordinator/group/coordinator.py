@@ -31,10 +31,9 @@ from typing import Any
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.consumer_group import ConsumerGroup
+from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
 from onceflow.coordinator.group.consumer_protocol import (
     ConsumerHeartbeats,
-    HeartbeatRequest,
-    HeartbeatResult,
     TopicLookup,
     TopicNames,
 )
