@@ -71,17 +71,37 @@ class Member:
 
 
 def poll_until(
-    members: list[Member], done: Callable[[], bool], what: str, extra: Any = None
+    members: list[Member],
+    done: Callable[[], bool],
+    what: str,
+    extra: Any = None,
+    broker: BrokerProcess | None = None,
 ) -> None:
     deadline = time.monotonic() + WAIT_S
     while not done():
         if time.monotonic() > deadline:
             state = [sorted(m.partitions()) for m in members]
-            raise AssertionError(f"timed out waiting for {what}; assignments {state}")
+            log = "" if broker is None else f"; the broker's log:\n{broker.log_tail()}"
+            raise AssertionError(f"timed out waiting for {what}; assignments {state}{log}")
         for m in members:
             m.poll()
         if extra is not None:
             extra()
+
+
+def settled(bootstrap: str, group: str, local: Callable[[], list[set[int]]], count: int) -> bool:
+    """The group is Stable at the coordinator, every member at its target, and the members'
+    own assignments (what librdkafka applied) are the coordinator's: nothing in flight."""
+    if not disjoint_cover(local(), count):
+        return False
+    admin = admin_client(bootstrap)
+    described = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+    if described.state is not ConsumerGroupState.STABLE:
+        return False
+    coordinator = sorted(
+        sorted(tp.partition for tp in d.assignment.topic_partitions) for d in described.members
+    )
+    return coordinator == sorted(sorted(a) for a in local())
 
 
 def disjoint_cover(assignments: list[set[int]], count: int) -> bool:
@@ -159,10 +179,15 @@ def test_a_killed_member_s_partitions_move_without_revoking_the_others(
             members,
             lambda: (
                 bool(child.assignment)
-                and disjoint_cover([m.partitions() for m in members] + [set(child.assignment)], 6)
                 and all(m.partitions() for m in members)
+                and settled(
+                    broker.bootstrap,
+                    group,
+                    lambda: [m.partitions() for m in members] + [set(child.assignment or ())],
+                    6,
+                )
             ),
-            "three members sharing six partitions",
+            "three members sharing six partitions, settled",
             extra=lambda: child.pump(0.0),
         )
         before = [m.partitions() for m in members]
@@ -323,10 +348,10 @@ def test_a_broker_restart_keeps_the_group(broker: BrokerProcess) -> None:
         poll_until(
             members,
             lambda: (
-                disjoint_cover([m.partitions() for m in members], 4)
-                and all(m.partitions() for m in members)
+                all(m.partitions() for m in members)
+                and settled(broker.bootstrap, group, lambda: [m.partitions() for m in members], 4)
             ),
-            "two members sharing four partitions",
+            "two members sharing four partitions, settled",
         )
         before = admin.describe_consumer_groups([group])[group].result(WAIT_S)
         revocations = [len(m.revoked) for m in members]
@@ -334,7 +359,9 @@ def test_a_broker_restart_keeps_the_group(broker: BrokerProcess) -> None:
         broker.start()
         p = producer(broker.bootstrap)
         produce_and_confirm(p, topic, [(i % 4, None, b"x", None) for i in range(40)])
-        poll_until(members, lambda: sum(m.records for m in members) >= 40, "every record")
+        poll_until(
+            members, lambda: sum(m.records for m in members) >= 40, "every record", broker=broker
+        )
         after = admin.describe_consumer_groups([group])[group].result(WAIT_S)
         assert {m.member_id for m in after.members} == {m.member_id for m in before.members}
         assert [len(m.revoked) for m in members] == revocations
@@ -380,10 +407,10 @@ def test_a_static_member_restarts_without_moving_partitions(broker: BrokerProces
         poll_until(
             members,
             lambda: (
-                disjoint_cover([m.partitions() for m in members], 4)
-                and all(m.partitions() for m in members)
+                all(m.partitions() for m in members)
+                and settled(broker.bootstrap, group, lambda: [m.partitions() for m in members], 4)
             ),
-            "two members sharing four partitions",
+            "two members sharing four partitions, settled",
         )
         held = static.partitions()
         callbacks = (len(other.assigned), len(other.revoked))

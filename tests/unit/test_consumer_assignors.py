@@ -116,3 +116,24 @@ def test_more_members_than_partitions_leaves_some_without() -> None:
     for assignor in (uniform, range_):
         sizes = sorted(len(p) for p in assignor(members, topics).values())
         assert sizes == [0, 0, 1, 1]
+
+
+def test_uniform_spreads_what_one_member_held_and_moves_nothing_else() -> None:
+    topics = {"t": 40}
+    alone = uniform(specs({"a": {"t"}}), topics)
+    members = specs({m: {"t"} for m in "abcd"}, alone)
+    spread = uniform(members, topics)
+    assert sorted(len(p) for p in spread.values()) == [10, 10, 10, 10]
+    assert spread["a"] <= alone["a"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_uniform_gives_a_joining_member_only_its_share(seed: int) -> None:
+    """With equal subscriptions a join moves exactly the partitions the new member gets."""
+    rng = random.Random(seed)
+    topics = {f"t{i}": rng.randint(1, 12) for i in range(3)}
+    names = {f"m{i}" for i in range(rng.randint(1, 7))}
+    before = uniform(specs({m: set(topics) for m in names}), topics)
+    after = uniform(specs({m: set(topics) for m in names | {"new"}}, before), topics)
+    moved = sum(len(before[m] - after[m]) for m in names)
+    assert moved == len(after["new"])

@@ -75,6 +75,8 @@ class ConsumerGroup:
         # The topics each member regex matched when last resolved, and when to look again.
         self.regex_topics: dict[str, frozenset[str]] = {}
         self.regex_refresh_ms = 0
+        self._subscribed: frozenset[str] | None = None
+        self._regexes: frozenset[str] | None = None
 
     def take_changes(self) -> tuple[bool, set[str]]:
         changes = (self.group_changed, self.changed_members)
@@ -99,8 +101,20 @@ class ConsumerGroup:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
+    def subscriptions_changed(self) -> None:
+        """A member came, went, or changed its topics or regex, or a regex matches other
+        topics: the group's subscribed topics and regexes are computed again when asked."""
+        self._subscribed = None
+        self._regexes = None
+
     def subscribed_topics(self) -> frozenset[str]:
-        return frozenset(t for m in self.members.values() for t in self.member_topics(m))
+        """Every topic some member subscribes to (kept between heartbeats: steady-state
+        heartbeats do no per-member work)."""
+        if self._subscribed is None:
+            self._subscribed = frozenset(
+                t for m in self.members.values() for t in self.member_topics(m)
+            )
+        return self._subscribed
 
     def member_topics(self, member: ConsumerMember) -> frozenset[str]:
         """What a member subscribes to: its topic names and what its regex matches."""
@@ -108,7 +122,9 @@ class ConsumerGroup:
         return frozenset(member.subscribed) | matched
 
     def regexes(self) -> frozenset[str]:
-        return frozenset(m.regex for m in self.members.values() if m.regex)
+        if self._regexes is None:
+            self._regexes = frozenset(m.regex for m in self.members.values() if m.regex)
+        return self._regexes
 
     def owner(self, tp: TopicPartition) -> str | None:
         return self._owners.get(tp)
@@ -125,6 +141,7 @@ class ConsumerGroup:
         member.recon = recon
 
     def add(self, member: ConsumerMember) -> None:
+        self.subscriptions_changed()
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -134,6 +151,7 @@ class ConsumerGroup:
         """A static member's new incarnation takes its place: its assignment, target and
         partitions, without a new group epoch (Kafka's replaceMember)."""
         del self.members[old.member_id]
+        self.subscriptions_changed()
         self.changed_members.add(old.member_id)
         target = self.target.pop(old.member_id, frozenset())
         self.restore(new, target)
@@ -145,6 +163,7 @@ class ConsumerGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.subscriptions_changed()
         if (
             member.instance_id is not None
             and self.static_members.get(member.instance_id) == member_id
@@ -158,6 +177,7 @@ class ConsumerGroup:
 
     def restore(self, member: ConsumerMember, target: Partitions) -> None:
         """Put back a member read from the log, with its target and its partitions."""
+        self.subscriptions_changed()
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id

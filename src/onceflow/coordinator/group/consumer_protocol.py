@@ -92,6 +92,8 @@ class ConsumerHeartbeats:
         before = member.recon.assigned
         described = _described(member)
         subscription_changed = _update_member(member, request)
+        if subscription_changed:
+            group.subscriptions_changed()
         if _described(member) != described:
             group.changed_members.add(member.member_id)
         regexes_changed = self._refresh_regexes(group)
@@ -167,6 +169,7 @@ class ConsumerHeartbeats:
         if resolved == group.regex_topics:
             return False
         group.regex_topics = resolved
+        group.subscriptions_changed()
         return True
 
     def _refresh_topics(self, group: ConsumerGroup) -> bool:
