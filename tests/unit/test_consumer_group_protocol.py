@@ -455,11 +455,18 @@ def test_leaving_deleting_and_changing_protocol_are_durable() -> None:
     assert reloaded(other).coord.group("g") is None
 
 
-def test_a_heartbeat_whose_records_cannot_be_written_fails() -> None:
+def test_a_heartbeat_whose_records_cannot_be_written_fails_and_they_are_written_later() -> None:
     h = Harness()
+    h.join("a")
+    h.join("b")
+    h.settle("a", "b")
     h.log.fail_with = OSError("disk gone")
-    result = h.join("a")
-    assert result.error is ErrorCode.not_coordinator
+    assert h.beat("a", client_id="renamed").error is ErrorCode.not_coordinator
+    h.log.fail_with = None
+    h.beat("b", client_id="renamed-too")  # this write brings a's record along
+    restored = reloaded(h).group()
+    assert restored.members["a"].client_id == "renamed"
+    assert restored.members["b"].client_id == "renamed-too"
 
 
 def test_a_regex_subscription_follows_the_topics() -> None:

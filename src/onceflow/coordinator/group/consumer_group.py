@@ -78,10 +78,18 @@ class ConsumerGroup:
         self._subscribed: frozenset[str] | None = None
         self._regexes: frozenset[str] | None = None
 
-    def take_changes(self) -> tuple[bool, set[str]]:
-        changes = (self.group_changed, self.changed_members)
-        self.group_changed, self.changed_members = False, set()
+    def take_changes(self) -> tuple[bool, bool, set[str]]:
+        """(replaces classic?, group changed?, changed members), cleared."""
+        changes = (self.replaces_classic, self.group_changed, self.changed_members)
+        self.replaces_classic, self.group_changed, self.changed_members = False, False, set()
         return changes
+
+    def keep_changes(self, changes: tuple[bool, bool, set[str]]) -> None:
+        """Their records were not written: write them with the next change."""
+        replaces_classic, group_changed, members = changes
+        self.replaces_classic |= replaces_classic
+        self.group_changed |= group_changed
+        self.changed_members |= members
 
     def bump_epoch(self) -> None:
         self.group_epoch += 1

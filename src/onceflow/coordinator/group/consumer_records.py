@@ -121,13 +121,15 @@ def _partitions(partitions: Iterable[TopicPartition]) -> bytes:
     return b"".join(out)
 
 
-def change_records(group_id: str, group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
-    """The records that make the log say what the group is now (and clear its changes)."""
-    group_changed, members = group.take_changes()
+def change_records(
+    group_id: str, group: ConsumerGroup, changes: tuple[bool, bool, set[str]]
+) -> list[tuple[bytes, bytes | None]]:
+    """The records that make the log say what the group is now, for `take_changes`'s
+    changes: whole records of the changed members (tombstones for those gone)."""
+    replaces_classic, group_changed, members = changes
     records: list[tuple[bytes, bytes | None]] = []
-    if group.replaces_classic:
+    if replaces_classic:
         records.append((encode_classic_group_key(group_id), None))
-        group.replaces_classic = False
     if group_changed:
         records.append((encode_group_key(group_id), encode_group_value(group)))
     for member_id in sorted(members):

@@ -354,12 +354,15 @@ class GroupCoordinator:
         group = self._manager.get(group_id)
         if group is None or group.consumer is None:
             return None
-        records = change_records(group_id, group.consumer)
+        consumer = group.consumer
+        changes = consumer.take_changes()
+        records = change_records(group_id, consumer, changes)
         if not records:
             return None
         try:
             await self._manager.append_records(group_id, records)
         except Exception as exc:
+            consumer.keep_changes(changes)  # the next write brings the log up to date
             return append_error(exc, offsets=False)
         return None
 
