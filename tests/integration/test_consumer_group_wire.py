@@ -245,3 +245,35 @@ def test_describe_list_and_the_classic_protocol(shared_broker: BrokerProcess, to
             )
         )
         assert classic_join.error_code == ErrorCode.inconsistent_group_protocol
+
+
+def test_version_0_of_both_apis(shared_broker: BrokerProcess, topic: str) -> None:
+    """v0: the coordinator makes the member id; ConsumerGroupDescribe v0 has no member type."""
+    group = f"v0-{uuid.uuid4().hex[:6]}"
+    with RawConnection(shared_broker.bootstrap) as conn:
+        joined = conn.call(
+            request(
+                HB,
+                0,
+                group_id=group,
+                member_id="",
+                member_epoch=0,
+                rebalance_timeout=REBALANCE,
+                subscribed_topic_names=(topic,),
+                topic_partitions=(),
+            )
+        )
+        assert joined.error_code == ErrorCode.none
+        assert joined.member_id and joined.member_epoch > 0
+        described = conn.call(
+            request(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                0,
+                group_ids=(group,),
+                include_authorized_operations=True,
+            )
+        )
+        (one,) = described.groups
+        assert (one.error_code, one.group_state) == (ErrorCode.none, "Stable")
+        assert [m.member_id for m in one.members] == [joined.member_id]
+        assert one.authorized_operations != -(2**31)
