@@ -723,6 +723,29 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "How long a new group waits for more members before its first rebalance."),
     _K("group.max.size", "group_max_size", _INT, _POSITIVE,
        "Most members a classic group may have."),
+    _K("group.consumer.session.timeout.ms", "group_consumer_session_timeout_ms", _INT, _POSITIVE,
+       "A consumer-protocol member (KIP-848) that has not heartbeated for this long is "
+       "removed and its partitions reassigned."),
+    _K("group.consumer.min.session.timeout.ms",
+       "group_consumer_min_session_timeout_ms", _INT, _POSITIVE,
+       "Lower bound of group.consumer.session.timeout.ms."),
+    _K("group.consumer.max.session.timeout.ms",
+       "group_consumer_max_session_timeout_ms", _INT, _POSITIVE,
+       "Upper bound of group.consumer.session.timeout.ms."),
+    _K("group.consumer.heartbeat.interval.ms",
+       "group_consumer_heartbeat_interval_ms", _INT, _POSITIVE,
+       "How often consumer-protocol members heartbeat (told in every heartbeat response)."),
+    _K("group.consumer.min.heartbeat.interval.ms",
+       "group_consumer_min_heartbeat_interval_ms", _INT, _POSITIVE,
+       "Lower bound of group.consumer.heartbeat.interval.ms."),
+    _K("group.consumer.max.heartbeat.interval.ms",
+       "group_consumer_max_heartbeat_interval_ms", _INT, _POSITIVE,
+       "Upper bound of group.consumer.heartbeat.interval.ms."),
+    _K("group.consumer.assignors", "group_consumer_assignors", _LIST, _NON_EMPTY,
+       "Server-side assignors of consumer-protocol groups (uniform, range); the first is "
+       "the default, a member picks another with group.remote.assignor."),
+    _K("group.consumer.max.size", "group_consumer_max_size", _INT, _POSITIVE,
+       "Most members a consumer-protocol group may have."),
     # --- transaction coordinator ---
     _K("transaction.state.log.num.partitions",
        "transaction_state_log_num_partitions", _INT, _POSITIVE,
@@ -925,6 +948,14 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = INT_MAX
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_max_size: int = INT_MAX
     # transaction coordinator
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_segment_bytes: int = 104_857_600
@@ -1145,6 +1176,40 @@ def _check_session_timeouts(cfg: BrokerConfig) -> None:
         )
 
 
+def _check_consumer_group_timeouts(cfg: BrokerConfig) -> None:
+    """Kafka's bounds of the consumer protocol's session timeout and heartbeat interval."""
+    for name, low, value, high in (
+        (
+            "session.timeout.ms",
+            cfg.group_consumer_min_session_timeout_ms,
+            cfg.group_consumer_session_timeout_ms,
+            cfg.group_consumer_max_session_timeout_ms,
+        ),
+        (
+            "heartbeat.interval.ms",
+            cfg.group_consumer_min_heartbeat_interval_ms,
+            cfg.group_consumer_heartbeat_interval_ms,
+            cfg.group_consumer_max_heartbeat_interval_ms,
+        ),
+    ):
+        if not low <= value <= high:
+            raise _invalid(
+                f"group.consumer.{name}",
+                str(value),
+                f"between group.consumer.min.{name} ({low}) and group.consumer.max.{name} ({high})",
+            )
+    if cfg.group_consumer_heartbeat_interval_ms >= cfg.group_consumer_session_timeout_ms:
+        raise _invalid(
+            "group.consumer.heartbeat.interval.ms",
+            str(cfg.group_consumer_heartbeat_interval_ms),
+            "less than group.consumer.session.timeout.ms "
+            f"({cfg.group_consumer_session_timeout_ms})",
+        )
+    unknown = [a for a in cfg.group_consumer_assignors if a not in ("uniform", "range")]
+    if unknown:
+        raise _invalid("group.consumer.assignors", ",".join(unknown), "uniform or range")
+
+
 def _check_compaction_lag(cfg: BrokerConfig) -> None:
     if cfg.log_cleaner_min_compaction_lag_ms > cfg.log_cleaner_max_compaction_lag_ms:
         raise _invalid(
@@ -1169,6 +1234,7 @@ _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     _check_security,
     _check_metrics_listener,
     _check_session_timeouts,
+    _check_consumer_group_timeouts,
     _check_compaction_lag,
     _check_standalone,
 )

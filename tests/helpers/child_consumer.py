@@ -1,6 +1,7 @@
 """A group consumer in its own process, so a test can SIGKILL it (no LeaveGroup is sent).
 
-Run as `python -m tests.helpers.child_consumer BOOTSTRAP TOPIC GROUP SESSION_MS`. It prints
+Run as `python -m tests.helpers.child_consumer BOOTSTRAP TOPIC GROUP SESSION_MS [PROTOCOL]`
+(PROTOCOL `consumer`: KIP-848's group.protocol, whose session timeout is the broker's). It prints
 one line `ASSIGNED p,p,...` each time its assignment changes, and `RECORD p offset` for each
 record it receives, and flushes after every line. `ChildConsumer` drives it from a test.
 """
@@ -20,17 +21,22 @@ from tests.helpers.broker import die_with_parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _main(bootstrap: str, topic: str, group: str, session_ms: str) -> None:
+def _main(bootstrap: str, topic: str, group: str, session_ms: str, protocol: str) -> None:
     from confluent_kafka import Consumer
 
     quiet = logging.getLogger("child")
     quiet.setLevel(logging.CRITICAL + 1)
+    timing: dict[str, object] = {
+        "session.timeout.ms": int(session_ms),
+        "heartbeat.interval.ms": 500,
+    }
+    if protocol == "consumer":
+        timing = {"group.protocol": "consumer"}
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "session.timeout.ms": int(session_ms),
-            "heartbeat.interval.ms": 500,
+            **timing,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "logger": quiet,
@@ -49,7 +55,14 @@ def _main(bootstrap: str, topic: str, group: str, session_ms: str) -> None:
 
 
 class ChildConsumer:
-    def __init__(self, bootstrap: str, topic: str, group: str, session_ms: int = 6000) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        session_ms: int = 6000,
+        protocol: str = "classic",
+    ) -> None:
         env = dict(
             os.environ,
             PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -63,6 +76,7 @@ class ChildConsumer:
                 topic,
                 group,
                 str(session_ms),
+                protocol,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -123,4 +137,4 @@ def wait_for(predicate, timeout: float, step, what: str) -> None:  # type: ignor
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:5])
+    _main(*sys.argv[1:5], sys.argv[5] if len(sys.argv) > 5 else "classic")

@@ -31,10 +31,10 @@ def test_kafka_python_negotiates_the_newest_versions(shared_broker: BrokerProces
         negotiated = admin.api_versions()
         for key in (ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.LIST_OFFSETS):
             assert negotiated[KpApiKey(key)][1] == SUPPORTED_VERSIONS[key][1]
-        # Only what Onceflow implements, at level 0: no client is led into TV2 or KIP-848.
+        # Only what Onceflow implements: KIP-848's group.version 1, no TV2.
         assert admin.describe_features() == {
-            "group.version": {"supported": (0, 0)},
-            "transaction.version": {"supported": (0, 0)},
+            "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
+            "transaction.version": {"supported": (0, 2)},
         }
         cluster = admin.describe_cluster()  # DescribeCluster v2, fenced brokers asked for
         assert [b["broker_id"] for b in cluster["brokers"]] == [0]

@@ -61,7 +61,8 @@ def test_api_versions(shared_broker: BrokerProcess, version: int) -> None:
             "transaction.version",
         }
     if version >= 3:
-        assert response.finalized_features == ()
+        finalized = {(f.name, f.max_version_level) for f in response.finalized_features}
+        assert finalized == {("group.version", 1)}
 
 
 def test_api_versions_above_the_range_answers_v0_with_its_own_range(

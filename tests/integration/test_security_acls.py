@@ -293,3 +293,12 @@ def test_nobody_else_can_abort_a_transaction_with_the_hanging_tools(
         ).transaction_states
     assert after.transaction_state == "Ongoing"
     producer.abort_transaction(TIMEOUT_S)
+
+
+def test_the_consumer_group_protocol_needs_read_on_the_group(secure: SecureBroker) -> None:
+    """ConsumerGroupHeartbeat (KIP-848) is authorized as JoinGroup is: READ on the group."""
+    conf = {**_conf(secure, BOB), "group.protocol": "consumer"}
+    denied = _read(conf, TOPIC, "alice-kip848")
+    assert isinstance(denied, KafkaError), denied
+    assert "Group authorization failed" in denied.str(), denied
+    assert _read(conf, TOPIC, "bob-kip848") == [b"seed"]

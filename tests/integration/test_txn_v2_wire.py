@@ -116,7 +116,7 @@ def test_api_versions_finalize_transaction_version_2(broker: BrokerProcess) -> N
         )
     finalized = {f.name: f.max_version_level for f in answer.finalized_features}
     supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
-    assert finalized == {"transaction.version": 2}
+    assert finalized == {"group.version": 1, "transaction.version": 2}
     assert supported["transaction.version"] == (0, 2)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
     assert ranges[ApiKey.PRODUCE][1] >= PRODUCE_V2 and ranges[ApiKey.END_TXN][1] == END_V2

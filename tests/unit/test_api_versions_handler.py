@@ -64,19 +64,22 @@ def test_kafkas_pattern_accepts(tmp_path: Path, name: str, software_version: str
     run(tmp_path, body)
 
 
-def test_features_today_lead_no_client_into_tv2_or_kip_848(tmp_path: Path) -> None:
+def test_features_today_lead_no_client_into_tv2(tmp_path: Path) -> None:
     async def body(h: Harness) -> None:
         v4 = await h.call(API, 4, **SOFTWARE)
         supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
-        assert supported == {"group.version": (0, 0), "transaction.version": (0, 2)}
+        assert supported == {"group.version": (0, 1), "transaction.version": (0, 2)}
         # Level 0 is never listed as finalized: the Java producer sees no transaction.version
-        # (TV2 off) and librdkafka reads no features at all.
-        assert v4.finalized_features == ()
-        assert v4.finalized_features_epoch == 0
+        # (TV2 off) and librdkafka reads no features at all. group.version 1 is KIP-848.
+        finalized = [
+            (f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features
+        ]
+        assert finalized == [("group.version", 1, 1)]
+        assert v4.finalized_features_epoch == 1
         # Below v4 a feature whose minimum is 0 is left out (KAFKA-17492).
         v3 = await h.call(API, 3, **SOFTWARE)
         assert v3.supported_features == ()
-        assert v3.finalized_features_epoch == 0
+        assert v3.finalized_features_epoch == 1
 
     run(tmp_path, body)
 
@@ -113,8 +116,8 @@ def test_the_configured_transaction_version_is_finalized_with_a_higher_epoch(
         finalized = [
             (f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features
         ]
-        assert finalized == [("transaction.version", level, level)]
-        assert v4.finalized_features_epoch > 0
+        assert finalized == [("group.version", 1, 1), ("transaction.version", level, level)]
+        assert v4.finalized_features_epoch > 1
         for old in (0, 1, 2):  # no features before v3 (kafka-python, aiokafka ask v0-v2)
             assert (await h.call(API, old)).error_code == ErrorCode.none
 

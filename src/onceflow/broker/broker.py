@@ -33,6 +33,7 @@ from onceflow.broker.topics import (
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
+from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry, decode_entries
 from onceflow.coordinator.transaction.coordinator import (
@@ -154,11 +155,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             clock=self.clock,
             log=_OffsetsTopicLog(self),
-            offsets_partitions=config.offsets_topic_num_partitions,
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            config=GroupCoordinatorConfig.from_broker_config(config),
+            topics=self._topic_size,
+            topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
         )
         self._timers: list[asyncio.Task[None]] = []
         self._background_tasks: set[asyncio.Task[None]] = set()
@@ -470,6 +469,11 @@ class Broker:
             return None if meta is None else meta.partitions
         info = self.logs.topics.get(name)
         return None if info is None else info.partitions
+
+    def _topic_size(self, name: str) -> tuple[uuid.UUID | None, int] | None:
+        """A topic's id and partition count (the consumer protocol's assignments)."""
+        count = self.topic_partition_count(name)
+        return None if count is None else (self.topic_id(name), count)
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         """The topic's id (KIP-516), None if there is no such topic. Made at creation and

@@ -240,7 +240,8 @@ class BrokerStateCollector(Collector):
             group = coordinator.group(overview.group_id)
             if group is None:
                 continue
-            members.add_metric([group.group_id], len(group.members))
+            count = len(group.members if group.consumer is None else group.consumer.members)
+            members.add_metric([group.group_id], count)
             for tp, value in group.offsets.all().items():
                 labels = [group.group_id, tp.topic, str(tp.partition)]
                 committed.add_metric(labels, value.offset)

@@ -54,6 +54,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -96,6 +98,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
@@ -108,24 +112,26 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 
 
 # Feature levels (KIP-584) in ApiVersions v3+: (min, max) supported, per feature. Level 0 is
-# the behaviour from before the feature. transaction.version 1 is Kafka's flexible
-# transaction-log records (nothing a client sees), 2 KIP-890 part 2 (an epoch bump at every
-# transaction end, which the Java producer turns on when transaction.version >= 2 is
-# finalized); every version of the APIs is served whatever the level, as in Kafka, so a
-# client decides. group.version 1 (KIP-848's consumer protocol) is not implemented yet.
+# the behaviour from before the feature. group.version 1 is KIP-848's consumer protocol
+# (ConsumerGroupHeartbeat), finalized as Kafka 4.x finalizes it. transaction.version 1 is
+# Kafka's flexible transaction-log records (nothing a client sees), 2 KIP-890 part 2 (an epoch
+# bump at every transaction end, which the Java producer turns on when transaction.version
+# >= 2 is finalized); every version of the APIs is served whatever the level, as in Kafka, so
+# a client decides.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    "group.version": (0, 0),
+    "group.version": (0, 1),
     "transaction.version": (0, 2),
 }
-# The epoch of level 0 everywhere. Clients keep the finalized levels of the highest epoch
-# they have seen, so every change of the levels must raise the epoch: `finalized_features`
-# adds the transaction level to it.
-FINALIZED_FEATURES_EPOCH = 0
+GROUP_VERSION = 1
+# The epoch of the levels with transaction.version 0. Clients keep the finalized levels of
+# the highest epoch they have seen, so every change of the levels must raise the epoch:
+# `finalized_features` adds the transaction level to it.
+FINALIZED_FEATURES_EPOCH = 1
 
 
 def finalized_features(transaction_version: int) -> tuple[dict[str, int], int]:
     """The finalized levels (the broker's `onceflow.transaction.version`) and their epoch."""
-    levels = {"group.version": 0, "transaction.version": transaction_version}
+    levels = {"group.version": GROUP_VERSION, "transaction.version": transaction_version}
     return levels, FINALIZED_FEATURES_EPOCH + transaction_version
 
 

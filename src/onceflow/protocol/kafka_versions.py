@@ -135,8 +135,6 @@ GAPS: dict[int, str] = {
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
-    68: "the KIP-848 consumer group protocol: not yet (issue 13)",
-    69: "the KIP-848 consumer group protocol: not yet (issue 13)",
     74: "not implemented: listing config resources (client metrics are not supported)",
     76: _SHARE_GROUPS,
     77: _SHARE_GROUPS,

@@ -29,8 +29,7 @@ from onceflow.protocol.api_versions import (
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
-# Feature levels are answered from this version (KIP-584).
-_FEATURES = 3
+_FEATURES = 3  # the first version with feature levels (KIP-584)
 # From this version a supported feature with minimum level 0 may be listed.
 _LEVEL_ZERO_LISTED = 4
 
@@ -50,6 +49,10 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
         ctx.entity("ApiVersion", api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(ADVERTISED_VERSIONS.items())
     )
+    if version < _FEATURES:
+        return ctx.response(
+            error_code=ErrorCode.none, api_keys=keys, throttle_time=datetime.timedelta(0)
+        )
     supported = tuple(
         ctx.entity("SupportedFeatureKey", name=name, min_version=lo, max_version=hi)
         for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())

@@ -41,7 +41,6 @@ DEFAULT_RETENTION = -1  # OffsetCommit v2-v4: "use offsets.retention.minutes"
 # the group's supported operations the principal may do (authz.authorized_operations).
 OPERATIONS_NOT_REQUESTED = -(2**31)
 GROUP_DENIED = ErrorCode.group_authorization_failed
-CLASSIC = "classic"  # ListGroups v5's group type: every Onceflow group is a classic one
 _GROUP_NOT_FOUND_FROM = 6  # DescribeGroups: GROUP_ID_NOT_FOUND instead of a "Dead" group
 # OffsetCommit v9 (KIP-848): a generation for an unknown group is GROUP_ID_NOT_FOUND, not
 # ILLEGAL_GENERATION. A classic group takes v9's member epoch as its generation (-1: none).
@@ -287,6 +286,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 if ctx.api_version >= _GROUP_NOT_FOUND_ON_COMMIT
                 else ErrorCode.illegal_generation
             ),
+            member_epochs=ctx.api_version >= _GROUP_NOT_FOUND_ON_COMMIT,
         )
     return _commit_response(ctx, request, errors, "OffsetCommit")
 
@@ -382,8 +382,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     """OffsetFetch v1-v9: one group, or several from v8 (each authorized and answered on its
-    own). v9's member id and epoch are checked by Kafka only for consumer-protocol groups;
-    every Onceflow group is a classic one, whose check is only that it is not Dead."""
+    own). v9's member id and epoch are checked, as Kafka checks them, only for
+    consumer-protocol groups (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)."""
     # v7+: read_committed consumers ask not to be given an offset a transaction may change;
     # such partitions answer UNSTABLE_OFFSET_COMMIT (per partition, as Kafka does) and retry.
     stable = getattr(request, "require_stable", False)
@@ -395,7 +395,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
     groups = []
     for group in request.groups:
-        error, partitions = _fetch_group(ctx, group.group_id, group.topics, stable)
+        member = (getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
+        error, partitions = _fetch_group(ctx, group.group_id, group.topics, stable, member)
         topics = (
             _offset_topics(ctx, group.topics, partitions, "Topics", "Partitions")
             if error is ErrorCode.none
@@ -410,7 +411,11 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, Mapping[TopicPartition, FetchedOffset]]:
     """One group's committed offsets, of the partitions asked for or (topics null, v2+) of
     every partition, with Kafka's authorization: the group's error, else per partition."""
@@ -424,7 +429,13 @@ def _fetch_group(
             ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics)
         )
     wanted = requested if not denied else [tp for tp in requested or () if tp.topic not in denied]
-    result = _coordinator(ctx).fetch_offsets(group_id, wanted, require_stable=require_stable)
+    result = _coordinator(ctx).fetch_offsets(
+        group_id,
+        wanted,
+        require_stable=require_stable,
+        member_id=member[0],
+        member_epoch=member[1],
+    )
     if result.error is not ErrorCode.none:
         return result.error, {}
     partitions = result.partitions
@@ -565,13 +576,13 @@ def _described_not_found(ctx: RequestContext, group_id: str) -> Any:
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    """ListGroups v0-v5: v4 filters by state, v5 by type (both case-insensitive, as Kafka);
-    every group here is a classic one, so a types filter without "classic" lists none."""
+    """ListGroups v0-v5: v4 filters by state, v5 by type ("classic", "consumer"), both
+    case-insensitive, as Kafka."""
     error, overviews = _coordinator(ctx).list_groups()
     states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
-    types = {t.lower() for t in getattr(request, "types_filter", ())}
-    if types and CLASSIC not in types:
-        overviews = []
+    types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
+    if types:
+        overviews = [g for g in overviews if g.group_type in types]
     if states:
         overviews = [g for g in overviews if g.state.lower() in states]
     if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE, quiet=True):
@@ -587,7 +598,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
             group_id=g.group_id,
             protocol_type=g.protocol_type,
             group_state=g.state,
-            group_type=CLASSIC,
+            group_type=g.group_type,
         )
         for g in overviews
     )

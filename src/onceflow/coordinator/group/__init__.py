@@ -1,4 +1,5 @@
-"""The classic consumer group coordinator: membership, rebalances and committed offsets.
+"""The group coordinator: classic groups (JoinGroup/SyncGroup), consumer-protocol groups
+(KIP-848's ConsumerGroupHeartbeat), and committed offsets.
 
 No sockets and no broker imports: the broker's handlers call GroupCoordinator, which keeps
 its durable state in `__consumer_offsets` through the OffsetsLog it is given.

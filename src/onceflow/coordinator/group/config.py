@@ -20,6 +20,11 @@ class GroupCoordinatorConfig:
     offsets_retention_ms: int = 7 * 24 * 60 * 60_000  # offsets.retention.minutes, in ms
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4_096
+    # The consumer protocol (KIP-848): Kafka's group.consumer.* settings.
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_max_size: int = 2**31 - 1
 
     def __post_init__(self) -> None:
         if self.offsets_topic_num_partitions <= 0:
@@ -49,5 +54,19 @@ class GroupCoordinatorConfig:
             ),
             offset_metadata_max_bytes=getattr(
                 config, "offset_metadata_max_bytes", defaults.offset_metadata_max_bytes
+            ),
+            consumer_session_timeout_ms=getattr(
+                config, "group_consumer_session_timeout_ms", defaults.consumer_session_timeout_ms
+            ),
+            consumer_heartbeat_interval_ms=getattr(
+                config,
+                "group_consumer_heartbeat_interval_ms",
+                defaults.consumer_heartbeat_interval_ms,
+            ),
+            consumer_assignors=tuple(
+                getattr(config, "group_consumer_assignors", defaults.consumer_assignors)
+            ),
+            consumer_max_size=getattr(
+                config, "group_consumer_max_size", defaults.consumer_max_size
             ),
         )

@@ -26,17 +26,27 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.consumer_group import ConsumerGroup
+from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
+from onceflow.coordinator.group.consumer_protocol import (
+    ConsumerHeartbeats,
+    TopicLookup,
+    TopicNames,
+)
+from onceflow.coordinator.group.consumer_records import change_records, tombstones
 from onceflow.coordinator.group.deletion import GroupDeleter
 from onceflow.coordinator.group.join import Joiner, JoinRequest
 from onceflow.coordinator.group.log import OffsetsLog
-from onceflow.coordinator.group.manager import GroupMetadataManager
-from onceflow.coordinator.group.metadata import GroupMetadata
+from onceflow.coordinator.group.manager import GroupMetadataManager, append_error
+from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from onceflow.coordinator.group.offsets import OFFSETS_TOPIC, OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group.rebalance import Rebalancer, new_future
 from onceflow.coordinator.group.results import (
+    CONSUMER_GROUP,
     NO_MEMBER_ID,
     GroupOverview,
     GroupSummary,
@@ -74,13 +84,17 @@ class GroupCoordinator:
         offsets_retention_ms: int | None = None,
         new_uuid: Callable[[], str] | None = None,
         serve_all: bool = True,
+        topics: TopicLookup | None = None,
+        topic_names: TopicNames | None = None,
     ) -> None:
         """Settings come from `config` (default: Kafka's), each keyword overriding one.
 
         `serve_all=False` is for a broker of a cluster: no partition is served (every group
-        answers NOT_COORDINATOR) until `load_partition` loads it.
+        answers NOT_COORDINATOR) until `load_partition` loads it. `topics` tells a topic's
+        id and partition count (None: no such topic), for consumer-protocol assignments, and
+        `topic_names` lists the topics their regex subscriptions may match.
         """
-        overrides = {
+        overrides: dict[str, Any] = {
             "offsets_topic_num_partitions": offsets_partitions,
             "group_min_session_timeout_ms": min_session_timeout_ms,
             "group_max_session_timeout_ms": max_session_timeout_ms,
@@ -96,12 +110,15 @@ class GroupCoordinator:
         self._partitions = self._manager.partitions
         self._rebalancer = Rebalancer(clock, self.config, self._manager)
         self._deleter = GroupDeleter(clock, self._manager)
-        self._joiner = Joiner(
+        make_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        self._joiner = Joiner(clock, self.config, self._manager, self._rebalancer, make_uuid)
+        self._consumers = ConsumerHeartbeats(
             clock,
             self.config,
             self._manager,
-            self._rebalancer,
-            new_uuid or (lambda: str(uuid.uuid4())),
+            topics or (lambda _: None),
+            topic_names or (lambda: ()),
+            make_uuid,
         )
         self._closed = False
         # The offsets-expiry timer: armed by the first load (of all or of one partition).
@@ -228,6 +245,9 @@ class GroupCoordinator:
         for group in list(self._manager.groups.values()):
             if self.owns(group.group_id):
                 self._rebalancer.expire(group)
+                if group.consumer is not None:
+                    self._consumers.expire(group.group_id, group.consumer)
+                    await self._write_consumer_changes(group.group_id)
         now = self._clock.monotonic_ms()
         if self._next_retention_check_ms is not None and now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
@@ -277,6 +297,8 @@ class GroupCoordinator:
             <= self.config.group_max_session_timeout_ms
         ):
             error = ErrorCode.invalid_session_timeout
+        if error is None:
+            error = await self._classic_join_to_consumer_group(group_id)
         if error is not None:
             return JoinResult.failed(member_id, error)
         request = JoinRequest(
@@ -296,6 +318,66 @@ class GroupCoordinator:
         # Shielded: a cancelled request (its client went away) must not cancel a future
         # that another request for the same member may share.
         return await asyncio.shield(future)
+
+    async def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode | None:
+        """A classic JoinGroup meeting a consumer-protocol group: an empty one becomes a
+        classic group (its offsets kept), as in Kafka; a non-empty one is refused, since
+        classic members inside a consumer group (Kafka's online migration) are not here."""
+        group = self._manager.get(group_id)
+        if group is None or group.consumer is None:
+            return None
+        if group.consumer.members:
+            return ErrorCode.inconsistent_group_protocol
+        records = tombstones(group_id, group.consumer)
+        group.consumer = None
+        try:
+            await self._manager.append_records(group_id, records)
+        except Exception as exc:
+            return append_error(exc, offsets=False)
+        return None
+
+    # -- ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848)
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat; answered once what it changed is in the log."""
+        error = self.coordinator_error(request.group_id) if request.group_id else ErrorCode.none
+        if error is not ErrorCode.none:
+            return HeartbeatResult(error, None, request.member_id or None)
+        result = self._consumers.heartbeat(request)
+        failed = await self._write_consumer_changes(request.group_id)
+        if failed is not None and result.error is ErrorCode.none:
+            return HeartbeatResult(failed, None, request.member_id or None)
+        return result
+
+    async def _write_consumer_changes(self, group_id: str) -> ErrorCode | None:
+        """Append the records of what changed in a consumer group; the error, if that
+        failed (the client retries, or finds the new coordinator)."""
+        group = self._manager.get(group_id)
+        if group is None or group.consumer is None:
+            return None
+        consumer = group.consumer
+        changes = consumer.take_changes()
+        records = change_records(group_id, consumer, changes)
+        if not records:
+            return None
+        try:
+            await self._manager.append_records(group_id, records)
+        except Exception as exc:
+            consumer.keep_changes(changes)  # the next write brings the log up to date
+            return append_error(exc, offsets=False)
+        return None
+
+    def consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe's view of one group: its error and message, or the group."""
+        error = self.coordinator_error(group_id)
+        if error is not ErrorCode.none:
+            return error, None, None
+        group = self._manager.get(group_id)
+        if group is None or group.is_(_D):
+            return ErrorCode.group_id_not_found, f"Group {group_id} not found.", None
+        if group.consumer is None:
+            return ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.", None
+        return ErrorCode.none, None, group.consumer
 
     # -- SyncGroup
 
@@ -442,11 +524,14 @@ class GroupCoordinator:
         group_instance_id: str | None = None,
         retention_ms: int | None = None,
         unknown_group: ErrorCode = ErrorCode.illegal_generation,
+        member_epochs: bool = True,
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit offsets for a group member, or for a simple consumer (generation -1).
 
         A generation for a group that does not exist answers `unknown_group`: Kafka's
-        GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION before.
+        GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION before. In a
+        consumer-protocol group `generation_id` is the member epoch, which only requests
+        that carry one (`member_epochs`: OffsetCommit v9+) may commit with.
         """
         error = self._status_error(group_id, allow_empty_id=True)
         group = self._manager.get(group_id)
@@ -455,7 +540,11 @@ class GroupCoordinator:
                 group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
             else:
                 error = unknown_group
-        if error is None and group is not None:
+        if error is None and group is not None and group.consumer is not None:
+            error = _validate_consumer_commit(
+                group.consumer, member_id, generation_id, member_epochs=member_epochs
+            )
+        elif error is None and group is not None:
             error = _validate_commit(group, member_id, group_instance_id, generation_id)
             if error is None and group.is_(_C):
                 error = ErrorCode.rebalance_in_progress
@@ -496,7 +585,10 @@ class GroupCoordinator:
         group = self._manager.get(group_id)
         if group is None:
             group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
-        error = _validate_txn_commit(group, member_id, group_instance_id, generation_id)
+        if group.consumer is not None:
+            error = _validate_consumer_commit(group.consumer, member_id, generation_id)
+        else:
+            error = _validate_txn_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return dict.fromkeys(offsets, error)
         now = self._clock.now_ms()
@@ -528,13 +620,20 @@ class GroupCoordinator:
         partitions: Sequence[TopicPartition] | None,
         *,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResult:
         """Committed offsets of the given partitions, or of all (None), in any group state.
 
         With `require_stable` (OffsetFetch v7+) a partition with an unsettled commit answers
-        UNSTABLE_OFFSET_COMMIT; otherwise it answers the last committed offset.
+        UNSTABLE_OFFSET_COMMIT; otherwise it answers the last committed offset. A member of
+        a consumer-protocol group (OffsetFetch v9) must give its current member epoch.
         """
         error = self._status_error(group_id, allow_empty_id=True)
+        group = self._manager.get(group_id)
+        as_member = member_id is not None or member_epoch >= 0
+        if error is None and group is not None and group.consumer is not None and as_member:
+            error = _validate_member_epoch(group.consumer, member_id or "", member_epoch)
         if error is not None:
             return OffsetFetchResult(error)
         wanted = None if partitions is None else list(partitions)
@@ -564,7 +663,9 @@ class GroupCoordinator:
         if error is not None:
             return GroupSummary(group_id, error, "", "", "")
         group = self._manager.get(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
+            # A consumer-protocol group is not a classic one: Kafka describes it as Dead
+            # here (ConsumerGroupDescribe describes it).
             return GroupSummary(group_id, ErrorCode.none, _D.value, "", "")
         return group.summary()
 
@@ -575,10 +676,37 @@ class GroupCoordinator:
         # partition loads (its groups are not listed yet).
         loading = bool(self._partitions.loading_partitions)
         error = ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none
-        return error, [
-            GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._manager.groups.values()
-        ]
+        return error, [_overview(g) for g in self._manager.groups.values()]
+
+
+def _overview(group: GroupMetadata) -> GroupOverview:
+    if group.consumer is not None:
+        return GroupOverview(
+            group.group_id, CONSUMER_PROTOCOL_TYPE, group.consumer.state.value, CONSUMER_GROUP
+        )
+    return GroupOverview(group.group_id, group.protocol_type or "", group.state.value)
+
+
+def _validate_consumer_commit(
+    group: ConsumerGroup, member_id: str, member_epoch: int, *, member_epochs: bool = True
+) -> ErrorCode | None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: anyone may commit to an empty group
+    without an epoch (tools, simple consumers); else only a member, at its current epoch,
+    and a plain commit only with a version that carries member epochs."""
+    if member_epoch < 0 and not group.members:
+        return None
+    if member_id not in group.members:
+        return ErrorCode.unknown_member_id
+    if not member_epochs:
+        return ErrorCode.unsupported_version
+    return _validate_member_epoch(group, member_id, member_epoch)
+
+
+def _validate_member_epoch(group: ConsumerGroup, member_id: str, epoch: int) -> ErrorCode | None:
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    return None if member.recon.epoch == epoch else ErrorCode.stale_member_epoch
 
 
 def _validate_txn_commit(

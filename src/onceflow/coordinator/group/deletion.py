@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from onceflow.clock import Clock
+from onceflow.coordinator.group.consumer_records import tombstones
 from onceflow.coordinator.group.log import KeyValue
 from onceflow.coordinator.group.manager import GroupMetadataManager, append_error
 from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
@@ -79,6 +80,8 @@ class GroupDeleter:
             (encode_offset_key(group_id, tp.topic, tp.partition), None) for tp in partitions
         ]
         records.append((encode_group_key(group_id), None))
+        if group.consumer is not None:
+            records += tombstones(group_id, group.consumer)
         try:
             await self._manager.append_records(group_id, records)
         except Exception as exc:
@@ -137,7 +140,7 @@ def _deletable(group: GroupMetadata | None) -> ErrorCode | None:
     """Kafka's validateDeleteGroup."""
     if group is None or group.is_(GroupState.DEAD):
         return ErrorCode.group_id_not_found
-    if group.is_(*_ACTIVE):
+    if group.is_(*_ACTIVE) or (group.consumer is not None and group.consumer.members):
         return ErrorCode.non_empty_group
     return None
 
@@ -145,6 +148,8 @@ def _deletable(group: GroupMetadata | None) -> ErrorCode | None:
 def _subscribed(group: GroupMetadata, topic: str) -> bool:
     """Kafka's isSubscribedToTopic: a consumer group whose subscriptions cannot be read
     counts as subscribed to everything."""
+    if group.consumer is not None:
+        return topic in group.consumer.subscribed_topics()
     if group.subscribed_topics is not None:
         return topic in group.subscribed_topics
     return group.protocol_type == CONSUMER_PROTOCOL_TYPE

@@ -19,7 +19,11 @@ import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 
 from onceflow.clock import Clock
+from onceflow.coordinator.group import consumer_records
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.consumer_group import ConsumerGroup
+from onceflow.coordinator.group.consumer_records import ConsumerGroupKey, ConsumerMemberKey
+from onceflow.coordinator.group.consumer_records import tombstones as consumer_tombstones
 from onceflow.coordinator.group.log import KeyValue, LogEntry, OffsetsLog, encode_batch
 from onceflow.coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from onceflow.coordinator.group.offset_store import CommittedOffset
@@ -173,6 +177,10 @@ class GroupMetadataManager:
         for group_id, record in replay.groups.items():
             if record is not None:
                 loaded[group_id] = GroupMetadata.from_record(group_id, record, now)
+        for group_id, value in replay.consumer_groups.items():
+            if value is not None:
+                group = group_for_offsets(group_id)
+                group.consumer = self._consumer_group(group_id, value, replay)
         for key, committed in replay.offsets.items():
             if committed is not None:
                 group = group_for_offsets(key.group)
@@ -187,6 +195,20 @@ class GroupMetadataManager:
                 self._txn_groups.setdefault(producer_id, set()).add(key.group)
         self.groups.update(loaded)
         return list(loaded.values())
+
+    def _consumer_group(self, group_id: str, value: bytes, replay: _Replay) -> ConsumerGroup:
+        """A consumer-protocol group as its records left it; each member's session starts
+        now (a dead one is fenced a session timeout after the load, as in Kafka)."""
+        group = ConsumerGroup()
+        consumer_records.decode_group_value(value, group)
+        deadline = self._clock.monotonic_ms() + self._config.consumer_session_timeout_ms
+        for member_id, member_value in replay.consumer_members.get(group_id, {}).items():
+            if member_value is None:
+                continue
+            member, target = consumer_records.decode_member_value(member_id, member_value)
+            member.session_deadline_ms = deadline
+            group.restore(member, target)
+        return group
 
     def forget(self, partition: int) -> list[GroupMetadata]:
         """Remove a partition's groups from the cache (and from the producers' links);
@@ -464,10 +486,13 @@ class GroupMetadataManager:
             for tp in self._expired(group, now):
                 group.offsets.remove(tp)
                 tombstones.append((encode_offset_key(group.group_id, tp.topic, tp.partition), None))
-            if group.is_(GroupState.EMPTY) and not group.offsets.has_offsets():
+            live = group.consumer is not None and bool(group.consumer.members)
+            if group.is_(GroupState.EMPTY) and not live and not group.offsets.has_offsets():
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group.group_id]
                 tombstones.append((encode_group_key(group.group_id), None))
+                if group.consumer is not None:
+                    tombstones += consumer_tombstones(group.group_id, group.consumer)
             if not tombstones:
                 continue
             removed += len(tombstones)
@@ -479,6 +504,15 @@ class GroupMetadataManager:
 
     def _expired(self, group: GroupMetadata, now: int) -> list[TopicPartition]:
         retention = self._config.offsets_retention_ms
+        if group.consumer is not None:
+            # As Kafka's consumer groups: offsets of topics no member subscribes to (all of
+            # them once the group is empty) expire by their commit time.
+            return group.offsets.expired(
+                now,
+                retention,
+                lambda v: v.commit_timestamp_ms,
+                group.consumer.subscribed_topics(),
+            )
         if group.protocol_type is not None and group.is_(GroupState.EMPTY):
             # Nobody consumes: the clock starts when the group became empty.
             became_empty = group.state_timestamp_ms
@@ -514,6 +548,9 @@ class _Replay:
         self.groups: dict[str, GroupRecord | None] = {}
         self.offsets: dict[OffsetKey, CommittedOffset | None] = {}
         self.pending: dict[int, dict[OffsetKey, CommittedOffset | None]] = {}
+        # Consumer-protocol groups: the newest group and member values (None: deleted).
+        self.consumer_groups: dict[str, bytes | None] = {}
+        self.consumer_members: dict[str, dict[str, bytes | None]] = {}
 
     def add(self, entry: LogEntry) -> None:
         seq = self._take_seq(1)
@@ -528,8 +565,16 @@ class _Replay:
                         self.offsets[settled_key] = committed
             return
         try:
-            key = decode_key(entry.key) if entry.key is not None else None
-            if isinstance(key, OffsetKey):
+            key = _decode_key(entry.key) if entry.key is not None else None
+            if isinstance(key, ConsumerGroupKey):
+                self.consumer_groups[key.group] = entry.value
+                if entry.value is not None:  # checked now: a bad value is skipped here
+                    consumer_records.decode_group_value(entry.value, ConsumerGroup())
+            elif isinstance(key, ConsumerMemberKey):
+                if entry.value is not None:
+                    consumer_records.decode_member_value(key.member, entry.value)
+                self.consumer_members.setdefault(key.group, {})[key.member] = entry.value
+            elif isinstance(key, OffsetKey):
                 value = (
                     None
                     if entry.value is None
@@ -549,6 +594,15 @@ class _Replay:
         except KafkaError as exc:
             # One undecodable record must not keep the partition from loading.
             log.error("skipping an undecodable record at offset %d: %s", entry.offset, exc)
+
+
+def _decode_key(
+    data: bytes,
+) -> OffsetKey | GroupKey | ConsumerGroupKey | ConsumerMemberKey | None:
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version in consumer_records.KEY_VERSIONS:
+        return consumer_records.decode_key(version, data)
+    return decode_key(data)
 
 
 _UNSTABLE = FetchedOffset(

@@ -12,6 +12,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass
 
+from onceflow.coordinator.group.consumer_group import ConsumerGroup
 from onceflow.coordinator.group.offset_store import GroupOffsets
 from onceflow.coordinator.group.offsets import GroupRecord, MemberRecord
 from onceflow.coordinator.group.results import (
@@ -120,6 +121,9 @@ class GroupMetadata:
         self.pending_sync: set[str] = set()
         self.offsets = GroupOffsets()
         self.subscribed_topics: frozenset[str] | None = None
+        # Set for a consumer-protocol group (KIP-848): its members live there, and the
+        # classic state above stays Empty.
+        self.consumer: ConsumerGroup | None = None
         # Rebalance timers, on the monotonic clock.
         self.join_deadline_ms: int | None = None
         self.initial_delay: InitialDelay | None = None

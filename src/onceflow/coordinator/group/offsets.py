@@ -118,15 +118,15 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 # ---------------------------------------------------------------- writing
 
 
-def _string(value: str) -> bytes:
+def encode_string(value: str) -> bytes:
     raw = value.encode("utf-8")
     if len(raw) > 0x7FFF:
         raise ValueError(f"string of {len(raw)} bytes does not fit an int16 length")
     return _I16.pack(len(raw)) + raw
 
 
-def _nullable_string(value: str | None) -> bytes:
-    return _I16.pack(-1) if value is None else _string(value)
+def encode_nullable_string(value: str | None) -> bytes:
+    return _I16.pack(-1) if value is None else encode_string(value)
 
 
 def _bytes(value: bytes) -> bytes:
@@ -134,11 +134,16 @@ def _bytes(value: bytes) -> bytes:
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
+    return (
+        _I16.pack(OFFSET_KEY_VERSION)
+        + encode_string(group)
+        + encode_string(topic)
+        + _I32.pack(partition)
+    )
 
 
 def encode_group_key(group: str) -> bytes:
-    return _I16.pack(GROUP_KEY_VERSION) + _string(group)
+    return _I16.pack(GROUP_KEY_VERSION) + encode_string(group)
 
 
 def encode_offset_value(value: OffsetAndMetadata) -> bytes:
@@ -147,7 +152,7 @@ def encode_offset_value(value: OffsetAndMetadata) -> bytes:
             (
                 _I16.pack(OFFSET_VALUE_VERSION_WITH_EXPIRY),
                 _I64.pack(value.offset),
-                _string(value.metadata),
+                encode_string(value.metadata),
                 _I64.pack(value.commit_timestamp_ms),
                 _I64.pack(value.expire_timestamp_ms),
             )
@@ -157,7 +162,7 @@ def encode_offset_value(value: OffsetAndMetadata) -> bytes:
             _I16.pack(OFFSET_VALUE_VERSION),
             _I64.pack(value.offset),
             _I32.pack(value.leader_epoch),
-            _string(value.metadata),
+            encode_string(value.metadata),
             _I64.pack(value.commit_timestamp_ms),
         )
     )
@@ -166,10 +171,10 @@ def encode_offset_value(value: OffsetAndMetadata) -> bytes:
 def _encode_member(member: MemberRecord) -> bytes:
     return b"".join(
         (
-            _string(member.member_id),
-            _nullable_string(member.group_instance_id),
-            _string(member.client_id),
-            _string(member.client_host),
+            encode_string(member.member_id),
+            encode_nullable_string(member.group_instance_id),
+            encode_string(member.client_id),
+            encode_string(member.client_host),
             _I32.pack(member.rebalance_timeout_ms),
             _I32.pack(member.session_timeout_ms),
             _bytes(member.subscription),
@@ -181,10 +186,10 @@ def _encode_member(member: MemberRecord) -> bytes:
 def encode_group_value(value: GroupRecord) -> bytes:
     parts = [
         _I16.pack(GROUP_VALUE_VERSION),
-        _string(value.protocol_type),
+        encode_string(value.protocol_type),
         _I32.pack(value.generation),
-        _nullable_string(value.protocol),
-        _nullable_string(value.leader),
+        encode_nullable_string(value.protocol),
+        encode_nullable_string(value.leader),
         _I64.pack(value.current_state_timestamp_ms),
         _I32.pack(len(value.members)),
     ]
@@ -199,7 +204,7 @@ def _corrupt(message: str) -> KafkaError:
     return KafkaError(ErrorCode.corrupt_message, f"__consumer_offsets record: {message}")
 
 
-class _Reader:
+class RecordReader:
     """A cursor over one key or value; every short read is a CORRUPT_MESSAGE, never IndexError."""
 
     def __init__(self, data: bytes) -> None:
@@ -213,6 +218,12 @@ class _Reader:
         chunk = self._data[self._pos : end]
         self._pos = end
         return chunk
+
+    def take(self, size: int) -> bytes:
+        return self._take(size)
+
+    def i8(self) -> int:
+        return int.from_bytes(self._take(1), "big", signed=True)
 
     def i16(self) -> int:
         return int(_I16.unpack(self._take(2))[0])
@@ -249,7 +260,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     Newer Kafka releases store other record kinds (consumer protocol groups, share groups)
     in the same topic under higher key versions; they are skipped, not fatal.
     """
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version in (0, OFFSET_KEY_VERSION):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
@@ -259,7 +270,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 
 def decode_offset_value(data: bytes) -> OffsetAndMetadata:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
         raise _corrupt(f"offset commit value version {version} is not supported")
@@ -274,7 +285,7 @@ def decode_offset_value(data: bytes) -> OffsetAndMetadata:
 
 
 def decode_group_value(data: bytes) -> GroupRecord:
-    reader = _Reader(data)
+    reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
         raise _corrupt(f"group metadata value version {version} is not supported")

@@ -14,6 +14,8 @@ from onceflow.errors import ErrorCode
 NO_GENERATION = -1
 NO_MEMBER_ID = ""  # what a member sends before it has an id, and what errors echo back
 NO_PROTOCOL = ""
+CLASSIC_GROUP = "classic"  # ListGroups v5 group types (KIP-848)
+CONSUMER_GROUP = "consumer"
 NO_LEADER = ""
 
 
@@ -102,6 +104,7 @@ class GroupOverview:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = CLASSIC_GROUP  # ListGroups v5: "classic" or "consumer" (KIP-848)
 
 
 @dataclass(frozen=True, slots=True)
