@@ -196,6 +196,8 @@ def test_partition_growth_and_new_topics_bump_the_group_epoch() -> None:
         ({"instance_id": ""}, ErrorCode.invalid_request),
         ({"rack_id": ""}, ErrorCode.invalid_request),
         ({"subscribed_topic_regex": "t["}, ErrorCode.invalid_regular_expression),
+        # Lookahead: Python's re takes it, RE2 (Kafka's RE2/J too) refuses it.
+        ({"subscribed_topic_regex": "(?=t)t"}, ErrorCode.invalid_regular_expression),
         ({"member_epoch": -3}, ErrorCode.invalid_request),
         ({"group_id": ""}, ErrorCode.invalid_request),
     ],
@@ -208,6 +210,25 @@ def test_bad_joins(request_fields: dict[str, Any], error: ErrorCode) -> None:
     result = h.hb(replace(good, **request_fields))
     assert result.error is error
     assert result.message
+
+
+def test_a_regex_that_would_backtrack_for_ever_is_matched_in_linear_time() -> None:
+    """With Python's re, `(a+)+$` against a long name of a's and a 'b' never ends: the
+    broker's event loop would stop. RE2 answers at once."""
+    h = Harness()
+    h.topics["a" * 40 + "b"] = 1
+    result = h.hb(
+        HeartbeatRequest(
+            "g",
+            "m",
+            0,
+            rebalance_timeout_ms=5_000,
+            subscribed_topic_names=("t",),
+            subscribed_topic_regex="(a+)+$",
+            owned=frozenset(),
+        )
+    )
+    assert result.error is ErrorCode.none
 
 
 def test_v0_lets_the_coordinator_make_the_member_id() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
-from onceflow.broker.id_pattern import IdPattern, PatternError
+from onceflow.client_regex import ClientRegex, PatternError
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
@@ -158,7 +158,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     """Every transactional id this coordinator knows, filtered by state name, producer id,
     (v1, KIP-994) by running longer than a duration and (v2, KIP-1152) by a regular
-    expression the whole id matches, by RE2 in linear time (id_pattern.py); a pattern
+    expression the whole id matches, by RE2 in linear time (client_regex.py); a pattern
     RE2 refuses answers INVALID_REGULAR_EXPRESSION.
 
     A state name Kafka does not know is echoed back in unknown_state_filters and filters
@@ -180,7 +180,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     pattern = None
     if pattern_text:  # null or empty: no filter
         try:
-            pattern = IdPattern(pattern_text)
+            pattern = ClientRegex(pattern_text)
         except PatternError as exc:
             log.debug("ListTransactions pattern %r refused: %s", pattern_text, exc)
             return ctx.response(

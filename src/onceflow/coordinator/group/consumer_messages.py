@@ -3,10 +3,10 @@ checks of a request on its own (before any group or member is looked at)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from onceflow.client_regex import ClientRegex, PatternError
 from onceflow.coordinator.group.reconcile import Partitions
 from onceflow.errors import ErrorCode
 
@@ -59,8 +59,8 @@ def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> Hear
         return fail("RackId can't be empty.")
     if request.subscribed_topic_regex:  # "" (librdkafka sends it) means no regex, as in Kafka
         try:
-            re.compile(request.subscribed_topic_regex)
-        except re.error as exc:
+            ClientRegex(request.subscribed_topic_regex)
+        except PatternError as exc:
             return fail(
                 f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
                 f"regular expression: {exc}.",

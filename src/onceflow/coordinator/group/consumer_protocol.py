@@ -17,10 +17,10 @@ to `__consumer_offsets` (consumer_records.py) before the heartbeat is answered.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Callable, Iterable
 
+from onceflow.client_regex import ClientRegex
 from onceflow.clock import Clock
 from onceflow.coordinator.group.assignors import ASSIGNORS
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
@@ -163,9 +163,10 @@ class ConsumerHeartbeats:
             return False
         group.regex_refresh_ms = now + REGEX_REFRESH_INTERVAL_MS
         names = list(self._topic_names()) if regexes else []
-        resolved = {
-            regex: frozenset(n for n in names if re.fullmatch(regex, n)) for regex in regexes
-        }
+        resolved = {}
+        for regex in regexes:  # checked by the heartbeat that brought it: RE2 compiles it
+            compiled = ClientRegex(regex)
+            resolved[regex] = frozenset(n for n in names if compiled.matches(n))
         if resolved == group.regex_topics:
             return False
         group.regex_topics = resolved

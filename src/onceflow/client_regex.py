@@ -1,12 +1,13 @@
 """A client's regular expression, matched as Kafka matches it: with RE2.
 
-ListTransactions v2 (KIP-1152) filters transactional ids by a pattern a client sends. Python's
+Clients send patterns: ListTransactions v2 (KIP-1152) filters transactional ids by one, and a
+KIP-848 consumer subscribes by one (ConsumerGroupHeartbeat's SubscribedTopicRegex). Python's
 `re` backtracks, so a pattern such as `(a+)+$` could hold the event loop for minutes; Kafka
 uses RE2/J, which cannot, and so does this module (google-re2, RE2's own Python binding): time
 linear in the id's length whatever the pattern, RE2's syntax (Unicode classes included), and
 what RE2 refuses (backreferences, lookaround, atomic groups, possessive repeats, a repeat count
 above 1000, a program over its memory budget) raises `PatternError`. A pattern matches a
-whole id, as Java's `Matcher.matches()` does.
+whole name, as Java's `Matcher.matches()` does.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class PatternError(ValueError):
     """The pattern is not one RE2 accepts (Kafka's INVALID_REGULAR_EXPRESSION)."""
 
 
-class IdPattern:
+class ClientRegex:
     """A compiled pattern; `matches(text)` is whole-text matching in linear time."""
 
     def __init__(self, text: str) -> None:

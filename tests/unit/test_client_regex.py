@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from onceflow.broker.id_pattern import IdPattern, PatternError
+from onceflow.client_regex import ClientRegex, PatternError
 
 PATTERNS = [
     "",
@@ -66,7 +66,7 @@ TEXTS = [
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_matches_as_a_whole_match_of_the_same_pattern(pattern: str) -> None:
-    compiled = IdPattern(pattern)
+    compiled = ClientRegex(pattern)
     reference = re.compile(pattern, re.ASCII)
     for text in TEXTS:
         assert compiled.matches(text) == bool(reference.fullmatch(text)), (pattern, text)
@@ -90,18 +90,18 @@ def test_matches_as_a_whole_match_of_the_same_pattern(pattern: str) -> None:
 )
 def test_what_re2_refuses_is_refused(pattern: str) -> None:
     with pytest.raises(PatternError):
-        IdPattern(pattern)
+        ClientRegex(pattern)
 
 
 def test_unicode_classes_are_re2_syntax() -> None:
-    assert IdPattern("\\p{L}+-\\d+").matches("tränsaktion-7")
-    assert not IdPattern("\\p{L}+").matches("tx-7")
+    assert ClientRegex("\\p{L}+-\\d+").matches("tränsaktion-7")
+    assert not ClientRegex("\\p{L}+").matches("tx-7")
 
 
 def test_a_pattern_that_makes_backtracking_exponential_is_answered() -> None:
     """With a backtracking matcher (Python's re) this takes longer than the universe's age;
     a broker answering it would never answer anything else."""
-    pattern = IdPattern("(a+)+$")
+    pattern = ClientRegex("(a+)+$")
     assert not pattern.matches("a" * 200 + "b")
     assert pattern.matches("a" * 200)
-    assert not IdPattern("(a|a)*c").matches("a" * 200)
+    assert not ClientRegex("(a|a)*c").matches("a" * 200)
