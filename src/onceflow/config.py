@@ -384,6 +384,8 @@ _UPPER_LIST: _Kind[tuple[str, ...]] = _Kind(
     ConfigType.LIST, lambda text: tuple(item.upper() for item in _parse_list(text)), _render_list
 )
 _OPTIONAL_NAME: _Kind[str] = _Kind(ConfigType.STRING, lambda text: text.strip().upper(), str)
+#: A choice Kafka matches case-insensitively (ConfigDef.CaseInsensitiveValidString).
+_LOWER_STRING: _Kind[str] = _Kind(ConfigType.STRING, lambda text: text.strip().lower(), str)
 
 
 # --------------------------------------------------------------------------------------------
@@ -746,6 +748,12 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        "the default, a member picks another with group.remote.assignor."),
     _K("group.consumer.max.size", "group_consumer_max_size", _INT, _POSITIVE,
        "Most members a consumer-protocol group may have."),
+    _K("group.consumer.migration.policy", "group_consumer_migration_policy", _LOWER_STRING,
+       _one_of("disabled", "upgrade", "downgrade", "bidirectional"),
+       "Whether a non-empty group may change protocol online: upgrade (a classic group "
+       "becomes a consumer-protocol group when a KIP-848 member joins), downgrade (back "
+       "when its last KIP-848 member leaves), bidirectional (both) or disabled. Mixed "
+       "groups are not implemented yet: every value acts as disabled for now."),
     # --- transaction coordinator ---
     _K("transaction.state.log.num.partitions",
        "transaction_state_log_num_partitions", _INT, _POSITIVE,
@@ -956,6 +964,7 @@ class BrokerConfig:
     group_consumer_max_heartbeat_interval_ms: int = 15_000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_max_size: int = INT_MAX
+    group_consumer_migration_policy: str = "bidirectional"
     # transaction coordinator
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_segment_bytes: int = 104_857_600

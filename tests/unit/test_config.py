@@ -396,6 +396,7 @@ BAD_VALUES = [
     ("transaction.max.timeout.ms", "0", "at least 1"),
     ("group.min.session.timeout.ms", "-1", "at least 0"),
     ("queued.max.requests", "0", "at least 1"),
+    ("group.consumer.migration.policy", "sideways", "disabled, upgrade, downgrade"),
 ]
 
 
@@ -508,6 +509,15 @@ def test_cross_key_rules() -> None:
         load(
             overrides={"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER"}
         )
+
+
+def test_migration_policy_defaults_to_bidirectional_and_ignores_case() -> None:
+    # Kafka 4.x's default; its validator (CaseInsensitiveValidString) takes any case.
+    assert load_broker_config(None, {})[0].group_consumer_migration_policy == "bidirectional"
+    cfg, _ = load_broker_config(None, {"group.consumer.migration.policy": " Upgrade "})
+    assert cfg.group_consumer_migration_policy == "upgrade"
+    with pytest.raises(ConfigError, match=r"group\.consumer\.migration\.policy"):
+        BrokerConfig(group_consumer_migration_policy="both")
 
 
 def test_direct_construction_is_checked_too() -> None:

@@ -7,6 +7,8 @@ import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+import pytest
+
 from onceflow.clock import ManualClock
 from onceflow.config import BrokerConfig
 from onceflow.coordinator.group import (
@@ -642,3 +644,27 @@ def test_config_from_broker_config() -> None:
     assert config.offsets_topic_num_partitions == 50
     assert config.offsets_retention_ms == 7 * 24 * 3600 * 1000
     assert config.group_initial_rebalance_delay_ms == 3000
+    assert config.consumer_migration_policy == "bidirectional"
+    downgrade_only = BrokerConfig(group_consumer_migration_policy="downgrade")
+    assert GroupCoordinatorConfig.from_broker_config(downgrade_only).consumer_migration_policy == (
+        "downgrade"
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "upgrade", "downgrade"),
+    [
+        ("disabled", False, False),
+        ("upgrade", True, False),
+        ("downgrade", False, True),
+        ("bidirectional", True, True),
+    ],
+)
+def test_migration_policy_allows(policy: str, upgrade: bool, downgrade: bool) -> None:
+    config = GroupCoordinatorConfig(consumer_migration_policy=policy)
+    assert (config.upgrade_allowed, config.downgrade_allowed) == (upgrade, downgrade)
+
+
+def test_unknown_migration_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"migration\.policy"):
+        GroupCoordinatorConfig(consumer_migration_policy="Upgrade")

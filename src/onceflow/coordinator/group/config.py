@@ -9,6 +9,16 @@ from typing import Any
 # JoinGroup out after five minutes so defunct joiners cannot stall rebalances for ever.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
+# group.consumer.migration.policy: what each value allows, as (upgrade, downgrade).
+# Upgrade turns a non-empty classic group into a consumer-protocol group when a KIP-848
+# member joins it; downgrade turns it back when its last KIP-848 member leaves.
+MIGRATION_POLICIES: dict[str, tuple[bool, bool]] = {
+    "disabled": (False, False),
+    "upgrade": (True, False),
+    "downgrade": (False, True),
+    "bidirectional": (True, True),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class GroupCoordinatorConfig:
@@ -25,12 +35,25 @@ class GroupCoordinatorConfig:
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_max_size: int = 2**31 - 1
+    consumer_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
+        if self.consumer_migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(
+                "group.consumer.migration.policy must be one of " + ", ".join(MIGRATION_POLICIES)
+            )
         if self.offsets_topic_num_partitions <= 0:
             raise ValueError("offsets.topic.num.partitions must be positive")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+
+    @property
+    def upgrade_allowed(self) -> bool:
+        return MIGRATION_POLICIES[self.consumer_migration_policy][0]
+
+    @property
+    def downgrade_allowed(self) -> bool:
+        return MIGRATION_POLICIES[self.consumer_migration_policy][1]
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
@@ -68,5 +91,8 @@ class GroupCoordinatorConfig:
             ),
             consumer_max_size=getattr(
                 config, "group_consumer_max_size", defaults.consumer_max_size
+            ),
+            consumer_migration_policy=getattr(
+                config, "group_consumer_migration_policy", defaults.consumer_migration_policy
             ),
         )
