@@ -5,10 +5,14 @@ consumer protocol meets the classic one and the group listing APIs."""
 from __future__ import annotations
 
 import datetime
+import io
+import struct
 import uuid
 from typing import Any
 
 import pytest
+from kio.schema.consumer_protocol_subscription.v1 import ConsumerProtocolSubscription
+from kio.serial import entity_writer
 
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
@@ -244,7 +248,54 @@ def test_describe_list_and_the_classic_protocol(shared_broker: BrokerProcess, to
                 reason=None,
             )
         )
+        # Its metadata is no ConsumerProtocolSubscription.
         assert classic_join.error_code == ErrorCode.inconsistent_group_protocol
+
+        # A classic member with the "consumer" embedded protocol joins at once, as a classic
+        # member of the consumer group (no leader, its member epoch as generation).
+        subscribed = (
+            entity(
+                ApiKey.JOIN_GROUP,
+                9,
+                "JoinGroupRequestProtocol",
+                name="range",
+                metadata=subscription((topic,)),
+            ),
+        )
+        classic = conn.call(
+            request(
+                ApiKey.JOIN_GROUP,
+                9,
+                group_id=group,
+                session_timeout=REBALANCE,
+                rebalance_timeout=REBALANCE,
+                member_id="",
+                group_instance_id="classic-1",
+                protocol_type="consumer",
+                protocols=subscribed,
+                reason=None,
+            )
+        )
+        assert classic.error_code == ErrorCode.none
+        assert (classic.leader, classic.members, classic.protocol_name) == ("", (), "range")
+        described = conn.call(
+            request(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                1,
+                group_ids=(group,),
+                include_authorized_operations=False,
+            )
+        )
+        types = {m.member_id: m.member_type for m in described.groups[0].members}
+        assert types == {"m1": 1, classic.member_id: 0}
+
+
+def subscription(topics: tuple[str, ...]) -> bytes:
+    body = ConsumerProtocolSubscription(topics=topics, user_data=None, owned_partitions=())
+    buf = io.BytesIO()
+    buf.write(struct.pack(">h", 1))
+    entity_writer(ConsumerProtocolSubscription)(buf, body)
+    return buf.getvalue()
 
 
 def test_version_0_of_both_apis(shared_broker: BrokerProcess, topic: str) -> None:

@@ -328,6 +328,8 @@ def test_listing_describing_and_the_classic_protocol() -> None:
             session_timeout_ms=10_000,
             rebalance_timeout_ms=10_000,
         )
+        # Its metadata is no ConsumerProtocolSubscription (test_consumer_group_classic_members
+        # has classic members that join).
         assert join.error is ErrorCode.inconsistent_group_protocol
         assert (await c.delete_groups(["g"]))["g"] is ErrorCode.non_empty_group
 

@@ -27,6 +27,7 @@ NO_THROTTLE = datetime.timedelta(0)
 _ONE_MS = datetime.timedelta(milliseconds=1)
 OPERATIONS_NOT_REQUESTED = -(2**31)
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
+CLASSIC_MEMBER = 0
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -181,7 +182,7 @@ def _member(ctx: RequestContext, group: ConsumerGroup, member: ConsumerMember) -
         subscribed_topic_regex=member.regex,
         assignment=_assignment(ctx, member.recon.assigned),
         target_assignment=_assignment(ctx, group.target.get(member.member_id, frozenset())),
-        member_type=CONSUMER_MEMBER,
+        member_type=CONSUMER_MEMBER if member.classic is None else CLASSIC_MEMBER,
     )
 
 

@@ -37,6 +37,15 @@ class ConsumerGroupState(Enum):
     STABLE = "Stable"
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a classic member (JoinGroup/SyncGroup) brings besides a subscription: its own
+    session timeout and the embedded "consumer" protocols it listed, first preferred."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -52,6 +61,11 @@ class ConsumerMember:
     session_deadline_ms: int = 0
     # Set while the member is asked to revoke: it is fenced if it has not done so by then.
     revocation_deadline_ms: int | None = None
+    classic: ClassicMetadata | None = None  # None: a KIP-848 member
+    # A classic member must sync after its join, and rejoin after being told to, within
+    # its rebalance timeout (Kafka's sync and join timeouts); else it is fenced.
+    sync_deadline_ms: int | None = None
+    join_deadline_ms: int | None = None
 
 
 class ConsumerGroup:

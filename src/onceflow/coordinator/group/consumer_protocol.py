@@ -96,18 +96,7 @@ class ConsumerHeartbeats:
             group.subscriptions_changed()
         if _described(member) != described:
             group.changed_members.add(member.member_id)
-        regexes_changed = self._refresh_regexes(group)
-        if self._refresh_topics(group) or subscription_changed or regexes_changed:
-            group.bump_epoch()
-        if group.group_epoch > group.assignment_epoch:
-            group.compute_target(self._assignors[0])
-            log.info(
-                "consumer group %s: target assignment of epoch %d by %s",
-                request.group_id,
-                group.assignment_epoch,
-                group.assignor_name,
-            )
-        self._reconcile(group, member, request.owned)
+        self.advance(request.group_id, group, member, request.owned, subscription_changed)
         member.session_deadline_ms = (
             self._clock.monotonic_ms() + self._config.consumer_session_timeout_ms
         )
@@ -124,6 +113,29 @@ class ConsumerHeartbeats:
             heartbeat_interval_ms=self._config.consumer_heartbeat_interval_ms,
             assignment=member.recon.assigned if full or changed else None,
         )
+
+    def advance(
+        self,
+        group_id: str,
+        group: ConsumerGroup,
+        member: ConsumerMember,
+        owned: Partitions | None,
+        subscription_changed: bool,
+    ) -> None:
+        """Steps 2-4 for a member of either protocol: bump the group epoch if needed, compute
+        a new target if behind, and move the member towards its target."""
+        regexes_changed = self._refresh_regexes(group)
+        if self._refresh_topics(group) or subscription_changed or regexes_changed:
+            group.bump_epoch()
+        if group.group_epoch > group.assignment_epoch:
+            group.compute_target(self._assignors[0])
+            log.info(
+                "consumer group %s: target assignment of epoch %d by %s",
+                group_id,
+                group.assignment_epoch,
+                group.assignor_name,
+            )
+        self._reconcile(group, member, owned)
 
     def _group(self, request: HeartbeatRequest) -> ConsumerGroup | HeartbeatResult:
         """The group's consumer-protocol side, made or converted on a join."""
@@ -214,6 +226,10 @@ class ConsumerHeartbeats:
                 reason = "its session timed out"
             elif member.revocation_deadline_ms is not None and member.revocation_deadline_ms <= now:
                 reason = "it did not revoke its partitions within its rebalance timeout"
+            elif member.sync_deadline_ms is not None and member.sync_deadline_ms <= now:
+                reason = "the classic member did not sync within its rebalance timeout"
+            elif member.join_deadline_ms is not None and member.join_deadline_ms <= now:
+                reason = "the classic member did not rejoin within its rebalance timeout"
             else:
                 continue
             group.remove(member.member_id)

@@ -17,6 +17,9 @@ the newest of each and a null value deletes it:
                      int8 state, int32 epoch, int32 previous_epoch, and three partition
                      sets (assigned, revoking, target), each an array of
                      (string topic, array of int32 partitions)
+    member value v1  v0, then int8 1 and a classic member's int32 session timeout and
+                     array of protocols (string name, bytes metadata); only classic
+                     members are written as v1
 
 Kafka spreads a member over three records (metadata, target and current assignment) to
 write less per change; one record per member keeps every write self-contained, so the log
@@ -32,10 +35,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from onceflow.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember
+from onceflow.coordinator.group.consumer_group import (
+    ClassicMetadata,
+    ConsumerGroup,
+    ConsumerMember,
+)
 from onceflow.coordinator.group.offsets import (
     RecordReader,
     TopicPartition,
+    encode_bytes,
     encode_nullable_string,
     encode_string,
 )
@@ -47,6 +55,7 @@ CONSUMER_GROUP_KEY_VERSION = 3
 CONSUMER_MEMBER_KEY_VERSION = 5
 KEY_VERSIONS = frozenset({CONSUMER_GROUP_KEY_VERSION, CONSUMER_MEMBER_KEY_VERSION})
 _VALUE_VERSION = 0
+_CLASSIC_MEMBER_VERSION = 1
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -86,7 +95,7 @@ def encode_group_value(group: ConsumerGroup) -> bytes:
 def encode_member_value(member: ConsumerMember, target: Partitions) -> bytes:
     recon = member.recon
     parts = [
-        _I16.pack(_VALUE_VERSION),
+        _I16.pack(_VALUE_VERSION if member.classic is None else _CLASSIC_MEMBER_VERSION),
         encode_nullable_string(member.instance_id),
         encode_nullable_string(member.rack_id),
         encode_string(member.client_id),
@@ -103,6 +112,14 @@ def encode_member_value(member: ConsumerMember, target: Partitions) -> bytes:
         _partitions(recon.revoking),
         _partitions(target),
     ]
+    if member.classic is not None:
+        parts += [
+            _I8.pack(1),
+            _I32.pack(member.classic.session_timeout_ms),
+            _I32.pack(len(member.classic.protocols)),
+        ]
+        for name, metadata in member.classic.protocols:
+            parts += [encode_string(name), encode_bytes(metadata)]
     return b"".join(parts)
 
 
@@ -179,7 +196,8 @@ def decode_group_value(data: bytes, group: ConsumerGroup) -> None:
 
 def decode_member_value(member_id: str, data: bytes) -> MemberRecord:
     reader = RecordReader(data)
-    _check_version(reader.i16(), "consumer group member")
+    version = reader.i16()
+    _check_version(version, "consumer group member", _CLASSIC_MEMBER_VERSION)
     member = ConsumerMember(
         member_id=member_id,
         instance_id=reader.nullable_string(),
@@ -197,6 +215,10 @@ def decode_member_value(member_id: str, data: bytes) -> MemberRecord:
     epoch, previous = reader.i32(), reader.i32()
     assigned, revoking, target = (_read_partitions(reader) for _ in range(3))
     member.recon = Reconciliation(_STATES[state], epoch, previous, assigned, revoking)
+    if version >= _CLASSIC_MEMBER_VERSION and reader.i8():
+        session_timeout_ms = reader.i32()
+        protocols = tuple((reader.string(), reader.bytes_()) for _ in range(_count(reader.i32())))
+        member.classic = ClassicMetadata(session_timeout_ms, protocols)
     return MemberRecord(member, target)
 
 
@@ -214,8 +236,8 @@ def _count(n: int) -> int:
     return n
 
 
-def _check_version(version: int, what: str) -> None:
-    if version != _VALUE_VERSION:
+def _check_version(version: int, what: str, newest: int = _VALUE_VERSION) -> None:
+    if not _VALUE_VERSION <= version <= newest:
         raise _corrupt(f"{what} value version {version} is not supported")
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.consumer_classic import ClassicJoin, ClassicMembers
 from onceflow.coordinator.group.consumer_group import ConsumerGroup
 from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
 from onceflow.coordinator.group.consumer_protocol import (
@@ -119,6 +120,9 @@ class GroupCoordinator:
             topics or (lambda _: None),
             topic_names or (lambda: ()),
             make_uuid,
+        )
+        self._classic_members = ClassicMembers(
+            clock, self._consumers, self.config.consumer_max_size, make_uuid
         )
         self._closed = False
         # The offsets-expiry timer: armed by the first load (of all or of one partition).
@@ -297,8 +301,26 @@ class GroupCoordinator:
             <= self.config.group_max_session_timeout_ms
         ):
             error = ErrorCode.invalid_session_timeout
-        if error is None:
-            error = await self._classic_join_to_consumer_group(group_id)
+        if error is not None:
+            return JoinResult.failed(member_id, error)
+        group = self._manager.get(group_id)
+        if group is not None and group.consumer is not None and group.consumer.members:
+            join = ClassicJoin(
+                group_id,
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                tuple((name, bytes(data)) for name, data in protocols),
+                require_known_member_id,
+            )
+            joined = self._classic_members.join(group.consumer, join)
+            failed = await self._write_consumer_changes(group_id)
+            return joined if failed is None else JoinResult.failed(member_id, failed)
+        error = await self._classic_join_to_consumer_group(group_id)
         if error is not None:
             return JoinResult.failed(member_id, error)
         request = JoinRequest(
@@ -320,14 +342,12 @@ class GroupCoordinator:
         return await asyncio.shield(future)
 
     async def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode | None:
-        """A classic JoinGroup meeting a consumer-protocol group: an empty one becomes a
-        classic group (its offsets kept), as in Kafka; a non-empty one is refused, since
-        classic members inside a consumer group (Kafka's online migration) are not here."""
+        """A classic JoinGroup meeting an empty consumer-protocol group: it becomes a
+        classic group (its offsets kept), as in Kafka (a non-empty one takes the member
+        as a classic member of it, consumer_classic.py)."""
         group = self._manager.get(group_id)
         if group is None or group.consumer is None:
             return None
-        if group.consumer.members:
-            return ErrorCode.inconsistent_group_protocol
         records = tombstones(group_id, group.consumer)
         group.consumer = None
         try:
@@ -403,6 +423,17 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.unknown_member_id)
         if group.is_(_D):
             return SyncResult(ErrorCode.coordinator_not_available)
+        if group.consumer is not None:
+            synced = self._classic_members.sync(
+                group.consumer,
+                member_id,
+                group_instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+            )
+            failed = await self._write_consumer_changes(group_id)
+            return synced if failed is None else SyncResult(failed)
         error = group.validate_member(member_id, group_instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
@@ -462,6 +493,10 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         if group.is_(_D):
             return ErrorCode.coordinator_not_available
+        if group.consumer is not None:
+            return self._classic_members.heartbeat(
+                group.consumer, member_id, group_instance_id, generation_id
+            )
         error = group.validate_member(member_id, group_instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
@@ -489,6 +524,14 @@ class GroupCoordinator:
             )
         if group.is_(_D):
             return LeaveResult(ErrorCode.coordinator_not_available)
+        if group.consumer is not None:
+            consumer = group.consumer
+            left = tuple(
+                LeaveMemberResult(m, i, self._classic_members.leave(consumer, m, i))
+                for m, i in members
+            )
+            failed = await self._write_consumer_changes(group_id)
+            return LeaveResult(ErrorCode.none, left) if failed is None else LeaveResult(failed)
         results = tuple(LeaveMemberResult(m, i, self._leave_one(group, m, i)) for m, i in members)
         await self._rebalancer.flush()
         return LeaveResult(ErrorCode.none, results)
@@ -695,8 +738,12 @@ def _validate_consumer_commit(
     and a plain commit only with a version that carries member epochs."""
     if member_epoch < 0 and not group.members:
         return None
-    if member_id not in group.members:
+    member = group.members.get(member_id)
+    if member is None:
         return ErrorCode.unknown_member_id
+    if member.classic is not None:
+        # A classic member commits with its generation, which is its member epoch.
+        return None if member.recon.epoch == member_epoch else ErrorCode.illegal_generation
     if not member_epochs:
         return ErrorCode.unsupported_version
     return _validate_member_epoch(group, member_id, member_epoch)

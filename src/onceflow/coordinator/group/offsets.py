@@ -129,7 +129,7 @@ def encode_nullable_string(value: str | None) -> bytes:
     return _I16.pack(-1) if value is None else encode_string(value)
 
 
-def _bytes(value: bytes) -> bytes:
+def encode_bytes(value: bytes) -> bytes:
     return _I32.pack(len(value)) + value
 
 
@@ -177,8 +177,8 @@ def _encode_member(member: MemberRecord) -> bytes:
             encode_string(member.client_host),
             _I32.pack(member.rebalance_timeout_ms),
             _I32.pack(member.session_timeout_ms),
-            _bytes(member.subscription),
-            _bytes(member.assignment),
+            encode_bytes(member.subscription),
+            encode_bytes(member.assignment),
         )
     )
 
