@@ -752,8 +752,7 @@ _BROKER_KEYS: tuple[_Key, ...] = (
        _one_of("disabled", "upgrade", "downgrade", "bidirectional"),
        "Whether a non-empty group may change protocol online: upgrade (a classic group "
        "becomes a consumer-protocol group when a KIP-848 member joins), downgrade (back "
-       "when its last KIP-848 member leaves), bidirectional (both) or disabled. Mixed "
-       "groups are not implemented yet: every value acts as disabled for now."),
+       "when its last KIP-848 member leaves), bidirectional (both) or disabled."),
     # --- transaction coordinator ---
     _K("transaction.state.log.num.partitions",
        "transaction_state_log_num_partitions", _INT, _POSITIVE,

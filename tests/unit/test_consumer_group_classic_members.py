@@ -4,6 +4,7 @@ through rebalances, fencing, commits, and the records that bring them back after
 
 from __future__ import annotations
 
+import asyncio
 import io
 import struct
 from typing import Any
@@ -22,6 +23,8 @@ from onceflow.coordinator.group import (
     OffsetCommitEntry,
     TopicPartition,
 )
+from onceflow.coordinator.group.consumer_embedded import encode_assignment
+from onceflow.coordinator.group.consumer_messages import HeartbeatRequest
 from onceflow.coordinator.group.consumer_records import decode_member_value, encode_member_value
 from onceflow.errors import ErrorCode
 
@@ -227,3 +230,182 @@ def test_classic_members_come_back_from_the_log() -> None:
     group = reloaded.group("g")
     assert group is not None and group.consumer is not None
     assert group.consumer.members[member.member_id].classic == member.classic
+
+
+def classic_group(h: Mixed, owned: frozenset[TopicPartition]) -> str:
+    """A classic group of one member that synced `owned` as its assignment."""
+
+    async def body() -> str:
+        first = await h.coord.join_group(
+            "g",
+            "",
+            protocol_type="consumer",
+            protocols=[("cooperative-sticky", subscription(("t",)))],
+            session_timeout_ms=SESSION,
+            rebalance_timeout_ms=REBALANCE,
+        )
+        synced = await h.coord.sync_group(
+            "g",
+            first.generation_id,
+            first.member_id,
+            assignments={first.member_id: encode_assignment(owned, 1)},
+        )
+        assert synced.error is ErrorCode.none
+        return first.member_id
+
+    member_id = run(body)
+    h.classic_ids["old"] = member_id
+    group = h.coord.group("g")
+    assert group is not None
+    h.generations["old"] = group.generation_id
+    h.owned["old"] = owned
+    return member_id
+
+
+def test_a_consumer_member_upgrades_a_classic_group_keeping_its_members() -> None:
+    h = Mixed(group_initial_rebalance_delay_ms=0)
+    everything = frozenset(TopicPartition("t", p) for p in range(6))
+    old_id = classic_group(h, everything)
+    generation = h.generations["old"]
+    h.join("new")
+    consumer = h.group()
+    member = consumer.members[old_id]
+    # Kept at the classic generation with its assignment, as a classic member.
+    assert (member.recon.epoch, member.recon.assigned) == (generation, everything)
+    assert member.classic is not None and member.classic.session_timeout_ms == SESSION
+    assert h.owned["new"] == frozenset()  # nothing until the classic member revokes
+    classic = h.coord.group("g")
+    assert classic is not None and not classic.members and classic.protocol_type is None
+    # Told to rejoin; it gives up half and the new member gets it.
+    assert h.classic_beat("old") is ErrorCode.rebalance_in_progress
+    for _ in range(4):
+        h.cooperative_round("old")
+        h.beat("new")
+    assert len(h.owned["old"]) == len(h.owned["new"]) == 3
+    assert not h.owned["old"] & h.owned["new"]
+    # The log says the same: the classic record is gone, the consumer group is back.
+    reloaded = GroupCoordinator(
+        h.log,
+        h.clock,
+        GroupCoordinatorConfig(offsets_topic_num_partitions=3),
+        topics=lambda name: (TOPIC_ID, 6),
+    )
+    run(reloaded.load)
+    group = reloaded.group("g")
+    assert group is not None and group.consumer is not None and not group.members
+    assert group.consumer.members[old_id].recon.assigned == h.owned["old"]
+
+
+def test_upgrades_disabled_leave_a_classic_group_refusing_consumer_members() -> None:
+    for policy in ("disabled", "downgrade"):
+        h = Mixed(group_initial_rebalance_delay_ms=0, consumer_migration_policy=policy)
+        classic_group(h, frozenset())
+        refused = h.join("new")
+        assert refused.error is ErrorCode.group_id_not_found
+        group = h.coord.group("g")
+        assert group is not None and group.consumer is None and group.members
+
+
+def test_the_last_consumer_member_leaving_downgrades_to_a_rebalancing_classic_group() -> None:
+    h = Mixed()
+    h.join("new")
+    h.classic_join("old")
+    h.classic_sync("old")
+    for _ in range(4):
+        h.beat("new")
+        h.cooperative_round("old")
+    epoch = h.group().group_epoch
+    h.hb(HeartbeatRequest("g", "new", -1))
+    group = h.coord.group("g")
+    assert group is not None and group.consumer is None
+    old_id = h.classic_ids["old"]
+    assert list(group.members) == [old_id]
+    assert (group.generation_id, group.protocol) == (epoch + 1, "cooperative-sticky")
+    assert assignment(group.members[old_id].assignment) == h.owned["old"]
+    assert group.state.value == "PreparingRebalance"  # everyone rejoins, the leader assigns
+    # The classic member rejoins; a classic rebalance gives it everything.
+    rejoined = h.classic_join("old")
+    assert (rejoined.error, rejoined.leader_id) == (ErrorCode.none, old_id)
+    # The log: consumer records gone, the classic record back.
+    reloaded = GroupCoordinator(
+        h.log, h.clock, GroupCoordinatorConfig(offsets_topic_num_partitions=3)
+    )
+    run(reloaded.load)
+    again = reloaded.group("g")
+    assert again is not None and again.consumer is None and list(again.members) == [old_id]
+
+
+def test_no_downgrade_when_the_policy_forbids_it_or_consumer_members_remain() -> None:
+    for policy in ("disabled", "upgrade"):
+        h = Mixed(consumer_migration_policy=policy)
+        h.join("new")
+        h.classic_join("old")
+        h.hb(HeartbeatRequest("g", "new", -1))
+        assert h.classic_ids["old"] in h.group().members  # still a consumer group
+    h = Mixed()
+    h.join("new")
+    h.join("newer")
+    h.classic_join("old")
+    h.hb(HeartbeatRequest("g", "new", -1))
+    assert set(h.group().members) == {"newer", h.classic_ids["old"]}
+
+
+def test_a_fenced_consumer_member_downgrades_the_group_too() -> None:
+    h = Mixed()
+    h.join("new")
+    h.classic_join("old")
+    h.classic_sync("old")
+    h.clock.advance(SESSION - 4_000)
+    h.classic_beat("old")
+    h.clock.advance(5_000)  # "new" is past its session, "old" is not
+    run(h.coord.poll)
+    group = h.coord.group("g")
+    assert group is not None and group.consumer is None
+    assert list(group.members) == [h.classic_ids["old"]]
+
+
+def test_only_consumer_protocol_classic_groups_are_upgraded() -> None:
+    h = Mixed(group_initial_rebalance_delay_ms=0)
+
+    async def body() -> None:
+        joined = await h.coord.join_group(
+            "g",
+            "",
+            protocol_type="connect",
+            protocols=[("default", b"")],
+            session_timeout_ms=SESSION,
+            rebalance_timeout_ms=REBALANCE,
+        )
+        assert joined.error is ErrorCode.none
+
+    run(body)
+    assert h.join("new").error is ErrorCode.group_id_not_found
+
+
+def test_an_upgrade_answers_parked_joins_with_rebalance_in_progress() -> None:
+    h = Mixed(group_initial_rebalance_delay_ms=0)
+    classic_group(h, frozenset())
+
+    async def body() -> None:
+        # A second member's join waits for the first to rejoin; the upgrade answers it.
+        parked = asyncio.ensure_future(
+            h.coord.join_group(
+                "g",
+                "",
+                protocol_type="consumer",
+                protocols=[("cooperative-sticky", subscription(("t",)))],
+                session_timeout_ms=SESSION,
+                rebalance_timeout_ms=REBALANCE,
+            )
+        )
+        await asyncio.sleep(0)
+        assert not parked.done()
+        request = HeartbeatRequest(
+            "g", "new", 0, rebalance_timeout_ms=REBALANCE, subscribed_topic_names=("t",),
+            owned=frozenset(),
+        )  # fmt: skip
+        upgraded = await h.coord.consumer_group_heartbeat(request)
+        assert upgraded.error is ErrorCode.none
+        assert (await parked).error is ErrorCode.rebalance_in_progress
+
+    run(body)

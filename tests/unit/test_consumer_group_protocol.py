@@ -354,7 +354,8 @@ def test_an_empty_group_changes_protocol_both_ways() -> None:
         assert join.error is ErrorCode.none  # an empty consumer group became classic
         group = c.group("g")
         assert group is not None and group.consumer is None
-        # A classic group with a member refuses consumer-protocol members.
+        # A classic group with a member whose metadata is no ConsumerProtocolSubscription
+        # cannot be upgraded: it refuses consumer-protocol members.
         refused = await c.consumer_group_heartbeat(
             HeartbeatRequest(
                 "g",

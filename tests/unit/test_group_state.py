@@ -23,7 +23,10 @@ EXPECTED_ALLOWED = {
     (S.COMPLETING_REBALANCE, S.PREPARING_REBALANCE),
     (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE),
     (S.PREPARING_REBALANCE, S.EMPTY),
+    (S.COMPLETING_REBALANCE, S.EMPTY),  # online upgrade to a consumer group
+    (S.STABLE, S.EMPTY),
     (S.COMPLETING_REBALANCE, S.STABLE),
+    (S.EMPTY, S.STABLE),  # online downgrade from a consumer group
     *((state, S.DEAD) for state in S),
 }
 

@@ -90,6 +90,21 @@ def encode_assignment(partitions: frozenset[TopicPartition], version: int) -> by
     return buf.getvalue()
 
 
+def decode_assignment(data: bytes) -> frozenset[TopicPartition]:
+    """A SyncGroup assignment; empty bytes (a member not yet assigned anything) is none."""
+    if not data:
+        return frozenset()
+    version = _version(data)
+    module = _ASSIGNMENTS[min(version, len(_ASSIGNMENTS) - 1)]
+    try:
+        body, _ = entity_reader(module.ConsumerProtocolAssignment)(data, _VERSION.size)
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise MalformedProtocol(f"malformed ConsumerProtocolAssignment: {exc}") from exc
+    return frozenset(
+        TopicPartition(tp.topic, int(p)) for tp in body.assigned_partitions for p in tp.partitions
+    )
+
+
 def _version(data: bytes) -> int:
     if len(data) < _VERSION.size:
         raise MalformedProtocol("embedded consumer protocol without a version")

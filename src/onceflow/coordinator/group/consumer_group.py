@@ -86,6 +86,9 @@ class ConsumerGroup:
         self.changed_members: set[str] = set()
         # Made from an empty classic group whose classic record is still to be deleted.
         self.replaces_classic = False
+        # A KIP-848 member left or was fenced: with only classic members left, the group
+        # may turn classic again (consumer_conversion.py).
+        self.consumer_member_left = False
         # The topics each member regex matched when last resolved, and when to look again.
         self.regex_topics: dict[str, frozenset[str]] = {}
         self.regex_refresh_ms = 0
@@ -193,6 +196,7 @@ class ConsumerGroup:
             del self.static_members[member.instance_id]
         self.set_reconciliation(member, Reconciliation())
         self.target.pop(member_id, None)
+        self.consumer_member_left |= member.classic is None
         self.changed_members.add(member_id)
         self.bump_epoch()
         return member

@@ -24,6 +24,7 @@ from onceflow.client_regex import ClientRegex
 from onceflow.clock import Clock
 from onceflow.coordinator.group.assignors import ASSIGNORS
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
+from onceflow.coordinator.group.consumer_conversion import can_upgrade, to_consumer_group
 from onceflow.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
@@ -153,6 +154,12 @@ class ConsumerHeartbeats:
             return failure(request, ErrorCode.coordinator_not_available, None)
         if group.consumer is not None:
             return group.consumer
+        if joining and group.members and can_upgrade(group, self._config):
+            upgraded = to_consumer_group(group, self._clock.now_ms(), self._clock.monotonic_ms())
+            if upgraded is not None:
+                log.info("group %s: upgraded from classic to consumer", request.group_id)
+                group.consumer = upgraded
+                return upgraded
         if not joining or group.members or not group.is_(GroupState.EMPTY):
             return failure(
                 request,

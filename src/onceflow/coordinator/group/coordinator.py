@@ -31,6 +31,7 @@ from typing import Any
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.consumer_classic import ClassicJoin, ClassicMembers
+from onceflow.coordinator.group.consumer_conversion import can_downgrade, to_classic_group
 from onceflow.coordinator.group.consumer_group import ConsumerGroup
 from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
 from onceflow.coordinator.group.consumer_protocol import (
@@ -252,6 +253,7 @@ class GroupCoordinator:
                 if group.consumer is not None:
                     self._consumers.expire(group.group_id, group.consumer)
                     await self._write_consumer_changes(group.group_id)
+                    await self._maybe_downgrade(group.group_id)
         now = self._clock.monotonic_ms()
         if self._next_retention_check_ms is not None and now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
@@ -367,7 +369,30 @@ class GroupCoordinator:
         failed = await self._write_consumer_changes(request.group_id)
         if failed is not None and result.error is ErrorCode.none:
             return HeartbeatResult(failed, None, request.member_id or None)
+        await self._maybe_downgrade(request.group_id)
         return result
+
+    async def _maybe_downgrade(self, group_id: str) -> None:
+        """After a KIP-848 member went: a group of classic members only turns classic and
+        rebalances, when the policy allows (consumer_conversion.py)."""
+        group = self._manager.get(group_id)
+        if group is None or group.consumer is None or not group.consumer.consumer_member_left:
+            return
+        group.consumer.consumer_member_left = False
+        if not can_downgrade(group.consumer, self.config):
+            return
+        records = to_classic_group(group, self._clock.now_ms())
+        log.info("group %s: downgraded from consumer to classic", group_id)
+        for member in group.members.values():
+            self._rebalancer.schedule_heartbeat(member)
+        try:
+            await self._manager.append_records(group_id, records)
+        except Exception as exc:
+            # Memory is ahead of the log: the rebalance writes the classic record again, but
+            # the consumer group's records stay until the group is deleted (a known gap).
+            log.warning("group %s: the downgrade's records were not written: %s", group_id, exc)
+        if group.is_(_S):
+            self._rebalancer.prepare_rebalance(group)
 
     async def _write_consumer_changes(self, group_id: str) -> ErrorCode | None:
         """Append the records of what changed in a consumer group; the error, if that

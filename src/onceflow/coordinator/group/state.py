@@ -32,10 +32,14 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     ),
     # The delayed join completed with at least one member: the leader now assigns.
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
-    # The leader's assignment was written to __consumer_offsets.
-    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    # The delayed join completed with nobody left.
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    # The leader's assignment was written to __consumer_offsets; or a consumer-protocol
+    # group left with classic members only became classic again (online downgrade).
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}),
+    # The delayed join completed with nobody left; or, from any live state, the members
+    # moved into a consumer-protocol group (online upgrade, consumer_conversion.py).
+    GroupState.EMPTY: frozenset(
+        {GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE}
+    ),
     # Removal (expiry, deletion, unload) can happen from anywhere, Dead included.
     GroupState.DEAD: frozenset(GroupState),
 }
