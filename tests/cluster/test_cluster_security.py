@@ -54,7 +54,7 @@ BROKER_SECRET = "broker-secret"
 WRONG = "not-the-broker-secret"
 ADMIN = ("admin", "admin-secret")
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule required"
-FETCH_VERSION = 11  # the version followers fetch with (replica_id in the request)
+FETCH_VERSION = 11  # replica_id in the request; v17, the followers' own: unit tests
 
 R = TypeVar("R")
 
@@ -417,7 +417,7 @@ def test_acls_and_users_made_through_one_broker_hold_on_every_broker_and_after_a
 def _fetch(conn: Connection, topic: str, replica: int, offset: int) -> tuple[int, bytes]:
     """Fetch v11 of partition 0 from `offset`, as follower `replica` (-1: as a consumer):
     the partition's error code and record bytes."""
-    request = fetch_request(topic, replica_id=replica, fetch_offset=offset)
+    request = fetch_request(topic, {0: (offset, -1)}, replica_id=replica)
     part = conn.call_at(ApiKey.FETCH, FETCH_VERSION, request).responses[0].partitions[0]
     return int(part.error_code), bytes(part.records or b"")
 

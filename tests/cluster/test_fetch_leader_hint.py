@@ -10,8 +10,8 @@ from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
 from tests.helpers.cluster import Cluster, cluster_fixture
-from tests.helpers.wire import RawConnection
-from tests.integration.test_fetch_versions_wire import create_or_describe, fetch_request
+from tests.helpers.wire import RawConnection, fetch_request
+from tests.integration.test_fetch_versions_wire import create_or_describe
 from tests.integration.test_produce_versions_wire import produce_request
 
 two_brokers = cluster_fixture(2)
@@ -26,7 +26,9 @@ def test_fetch_from_a_follower_names_the_leader(two_brokers: Cluster) -> None:
     answers = {}
     for version in (15, 16, 18):
         with RawConnection(follower.bootstrap) as conn:
-            answers[version] = conn.call(fetch_request(version, topic, {0: (0, -1)}, topic_id))
+            answers[version] = conn.call(
+                fetch_request(topic, version=version, topic_id=topic_id, isolation_level=1)
+            )
     for version, resp in answers.items():
         (partition,) = resp.responses[0].partitions
         assert partition.error_code == 6  # NOT_LEADER_OR_FOLLOWER

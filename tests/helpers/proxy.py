@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import datetime
 import random
 import struct
 import threading
@@ -45,14 +44,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.fetch.v11 import request as fetch_v11
-from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader
-from kio.static.primitive import i8, i32, i64
 
 from onceflow.records.batch import scan_batches
 from onceflow.records.record import decode_records
-from tests.helpers.wire import RawConnection
+from tests.helpers.wire import RawConnection, fetch_request
 
 __all__ = [
     "BatchKey",
@@ -506,34 +502,6 @@ class PartitionContents(NamedTuple):
         return [r.value for r in self.records]
 
 
-def _fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> Any:
-    return fetch_v11.FetchRequest(
-        replica_id=BrokerId(-1),
-        max_wait=datetime.timedelta(milliseconds=0),
-        min_bytes=i32(0),
-        max_bytes=i32(max_bytes),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            fetch_v11.FetchTopic(
-                topic=TopicName(topic),
-                partitions=(
-                    fetch_v11.FetchPartition(
-                        partition=i32(partition),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(offset),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(max_bytes),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-
-
 def read_partition(
     bootstrap: str, topic: str, partition: int, max_bytes: int = 4 * 1024 * 1024
 ) -> PartitionContents:
@@ -547,7 +515,15 @@ def read_partition(
     high_watermark = log_start = 0
     with RawConnection(bootstrap) as conn:
         while True:
-            response = conn.call(_fetch_request(topic, partition, max(offset, 0), max_bytes))
+            response = conn.call(
+                fetch_request(
+                    topic,
+                    {partition: (max(offset, 0), -1)},
+                    max_bytes=max_bytes,
+                    max_wait_ms=0,
+                    min_bytes=0,
+                )
+            )
             (topic_response,) = response.responses
             (part,) = topic_response.partitions
             error = part.error_code.value

@@ -41,6 +41,7 @@ from onceflow.records.builder import build_batch
 from onceflow.records.control import ControlType, parse_control_record
 from onceflow.records.record import decode_records
 from onceflow.storage.indexes.txn import ENTRY as TXN_INDEX_ENTRY
+from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import QUIET_LOGGER, admin_client
 from tests.helpers.wire import RawConnection, produce_request
 
@@ -729,3 +730,32 @@ def produce_hanging_transaction(bootstrap: str, topic: str, age_ms: int) -> None
     (partition,) = response.responses[0].partition_responses
     assert partition.error_code == ErrorCode.none, partition
     assert partition.base_offset == 0
+
+
+# Every test of a module that takes this fixture runs against a broker at transaction
+# version 0 and one at 2: librdkafka never uses version 2 (it stays on AddPartitionsToTxn and
+# EndTxn v1), so finalizing it for Java clients must leave librdkafka's transactions exactly
+# as they were. One broker per module and version (import the fixture into the module).
+@pytest.fixture(scope="module", params=["0", "2"], ids=["tv0", "tv2"])
+def txn_broker_process_each_version(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    overrides = {**TXN_BROKER_OVERRIDES, "onceflow.transaction.version": request.param}
+    b = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", overrides)
+    b.start()
+    try:
+        yield b
+        assert b.stop() == 0, f"unclean broker shutdown; its log:\n{b.log_tail()}"
+    finally:
+        b.kill()
+
+
+def running_without_internal_errors(b: BrokerProcess) -> Iterator[BrokerProcess]:
+    """A shared broker for one test: started again if an earlier test stopped it; the test
+    fails if the broker logged an internal error while it ran."""
+    if not b.running:
+        b.start()
+    mark = b.log_size()
+    yield b
+    errors = b.internal_errors(mark)
+    assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])

@@ -13,6 +13,8 @@ import socket
 import ssl
 import struct
 import sys
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -21,7 +23,9 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32
+
+from onceflow.protocol.codec import build
 
 __all__ = ["RawConnection", "encode_entity", "fetch_request", "produce_request", "request_frame"]
 
@@ -164,33 +168,47 @@ def produce_request(topic: str, parts: dict[int, bytes], acks: int = -1) -> Any:
 
 
 def fetch_request(
-    topic: str, *, replica_id: int = -1, fetch_offset: int = 0, leader_epoch: int = -1
+    topic: str,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
+    *,
+    version: int = 11,
+    topic_id: uuid.UUID | None = None,
+    replica_id: int = -1,
+    leader_epoch: int = -1,
+    isolation_level: int = 0,
+    max_bytes: int = 1 << 20,
+    max_wait_ms: int = 10,
+    min_bytes: int = 1,
 ) -> Any:
-    """A Fetch v11 of partition 0 of `topic`, as a consumer or (replica_id >= 0) a follower."""
-    cls = request_class(1, 11)
-    module = sys.modules[cls.__module__]
-    return cls(
-        replica_id=i32(replica_id),
-        max_wait=datetime.timedelta(milliseconds=10),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=0,
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            module.FetchTopic(
-                topic=topic,
-                partitions=(
-                    module.FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(leader_epoch),
-                        fetch_offset=i64(fetch_offset),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
+    """A Fetch of `version` of each partition from its (fetch offset, last fetched epoch)
+    (default: partition 0 from 0), as a consumer or (replica_id >= 0) a follower, whose id
+    goes in replica_state from v15; the topic is named by `topic_id` from v13."""
+    module = sys.modules[request_class(1, version).__module__]
+    partitions = tuple(
+        build(
+            module.FetchPartition,
+            partition=p,
+            current_leader_epoch=leader_epoch,
+            fetch_offset=offset,
+            last_fetched_epoch=epoch,
+            log_start_offset=-1,
+            partition_max_bytes=max_bytes,
+        )
+        for p, (offset, epoch) in (offsets or {0: (0, -1)}).items()
+    )
+    return build(
+        request_class(1, version),
+        replica_id=replica_id,
+        replica_state=build(module.ReplicaState, replica_id=replica_id, replica_epoch=-1)
+        if version >= 15
+        else None,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        topics=(build(module.FetchTopic, topic=topic, topic_id=topic_id, partitions=partitions),),
         forgotten_topics_data=(),
         rack_id="",
     )

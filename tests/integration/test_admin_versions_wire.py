@@ -14,11 +14,12 @@ from confluent_kafka import Producer
 
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.topic_ids import ZERO_UUID
 from tests.helpers.broker import BrokerProcess
 from tests.integration.test_core_versions_wire import call, entity, request, versions
 
 TIMEOUT = datetime.timedelta(seconds=5)
-ZERO_UUID = uuid.UUID(int=0)
+
 RESOURCE_TOPIC = 2
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
@@ -103,11 +104,15 @@ def test_create_topics_validate_only_creates_nothing(
         assert result.topic_id not in (None, ZERO_UUID)
 
 
+@pytest.mark.parametrize("validate_only", [False, True])
 @pytest.mark.parametrize("version", versions(ApiKey.CREATE_TOPICS))
-def test_create_topics_bad_input(shared_broker: BrokerProcess, version: int) -> None:
+def test_create_topics_bad_input(
+    shared_broker: BrokerProcess, version: int, validate_only: bool
+) -> None:
+    """Every check holds whether the topics are made or only validated."""
     existing = f"wire-create-existing-{version}"
     create(shared_broker, version, creatable(version, existing))
-    twice = f"wire-create-twice-{version}"
+    twice = f"wire-create-twice-{version}-{validate_only}"
     results = create(
         shared_broker,
         version,
@@ -119,6 +124,7 @@ def test_create_topics_bad_input(shared_broker: BrokerProcess, version: int) -> 
         creatable(version, "bad/name"),
         creatable(version, twice),
         creatable(version, twice),
+        validate_only=validate_only,
     )
     codes = [(r.name, r.error_code) for r in results]
     assert codes == [
@@ -224,6 +230,18 @@ def test_delete_topics_v6_bad_entries(shared_broker: BrokerProcess) -> None:
     ]
     remaining = metadata_ids(shared_broker, name, other)
     assert {n: code for n, (code, _) in remaining.items()} == {name: 0, other: 0}
+
+
+def test_delete_topics_v6_a_topic_by_name_and_by_id_is_refused_and_kept(
+    shared_broker: BrokerProcess,
+) -> None:
+    """Kafka's controller: a name that maps to an id also given is INVALID_REQUEST, and the
+    topic is not deleted by either entry."""
+    name = "wire-delete-name-and-id"
+    topic_id = make_topic(shared_broker, name)
+    response = call(shared_broker, delete_request(6, (name, None), (None, topic_id)))
+    assert [r.error_code for r in response.responses] == [ErrorCode.invalid_request] * 2
+    assert metadata_ids(shared_broker, name)[name][0] == ErrorCode.none
 
 
 @pytest.mark.broker_overrides({"delete.topic.enable": "false"})

@@ -5,7 +5,6 @@ what kio reads, flexible encoding (v12+: compact counts, tag buffers) included.
 
 from __future__ import annotations
 
-import datetime
 import time
 import uuid
 from typing import Any
@@ -15,10 +14,10 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
-from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.codec import build
 from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.wire import RawConnection, produce_request
+from tests.helpers.wire import RawConnection, fetch_request, produce_request
 
 lo, hi = SUPPORTED_VERSIONS[ApiKey.FETCH]
 VERSIONS = range(lo, hi + 1)
@@ -27,44 +26,6 @@ VERSIONS = range(lo, hi + 1)
 def _entity(version: int, name: str, /, **fields: Any) -> Any:
     module = load_payload_module(ApiKey.FETCH, version, EntityType.request)
     return build(getattr(module, name), **fields)
-
-
-def fetch_request(
-    version: int,
-    topic: str,
-    offsets: dict[int, tuple[int, int]],
-    topic_id: uuid.UUID | None = None,
-) -> Any:
-    """A read_committed fetch of each partition from (fetch offset, last fetched epoch),
-    naming the topic by its id from v13."""
-    partitions = tuple(
-        _entity(
-            version,
-            "FetchPartition",
-            partition=p,
-            current_leader_epoch=-1,
-            fetch_offset=offset,
-            last_fetched_epoch=epoch,
-            log_start_offset=-1,
-            partition_max_bytes=1 << 20,
-        )
-        for p, (offset, epoch) in offsets.items()
-    )
-    return build(
-        request_type(ApiKey.FETCH, version),
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=10),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            _entity(version, "FetchTopic", topic=topic, topic_id=topic_id, partitions=partitions),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
 
 
 def create_or_describe(conn: RawConnection, topic: str) -> uuid.UUID:
@@ -102,8 +63,20 @@ def test_fetch_records_at_every_version(shared_broker: BrokerProcess, version: i
         _produce(conn, topic, {0: first})
         _produce(conn, topic, {0: second})
         # Partition 0 with two batches and an unknown one in one answer, then the log's end.
-        resp = conn.call(fetch_request(version, topic, {0: (0, -1), 99: (0, -1)}, topic_id))
-        at_end = conn.call(fetch_request(version, topic, {0: (2, -1)}, topic_id))
+        resp = conn.call(
+            fetch_request(
+                topic,
+                {0: (0, -1), 99: (0, -1)},
+                version=version,
+                topic_id=topic_id,
+                isolation_level=1,
+            )
+        )
+        at_end = conn.call(
+            fetch_request(
+                topic, {0: (2, -1)}, version=version, topic_id=topic_id, isolation_level=1
+            )
+        )
     (end,) = at_end.responses[0].partitions
     (answer,) = resp.responses
     if version >= 13:
@@ -133,9 +106,21 @@ def test_fetch_v12_diverging_epoch(shared_broker: BrokerProcess) -> None:
         create_or_describe(conn, topic)
         _produce(conn, topic, {0: _batch(b"a")})
         _produce(conn, topic, {0: _batch(b"b")})
-        (diverged,) = conn.call(fetch_request(12, topic, {0: (5, 0)})).responses[0].partitions
-        (same,) = conn.call(fetch_request(12, topic, {0: (1, 0)})).responses[0].partitions
-        (unknown,) = conn.call(fetch_request(12, topic, {0: (0, 7)})).responses[0].partitions
+        (diverged,) = (
+            conn.call(fetch_request(topic, {0: (5, 0)}, version=12, isolation_level=1))
+            .responses[0]
+            .partitions
+        )
+        (same,) = (
+            conn.call(fetch_request(topic, {0: (1, 0)}, version=12, isolation_level=1))
+            .responses[0]
+            .partitions
+        )
+        (unknown,) = (
+            conn.call(fetch_request(topic, {0: (0, 7)}, version=12, isolation_level=1))
+            .responses[0]
+            .partitions
+        )
     assert diverged.error_code == 0
     assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (0, 2)
     assert len(diverged.records or b"") == 0
@@ -149,7 +134,11 @@ def test_fetch_unknown_topic_id(shared_broker: BrokerProcess, version: int) -> N
     """v13+ names topics by id: an id no topic has is UNKNOWN_TOPIC_ID, echoed back."""
     unknown = uuid.uuid4()
     with RawConnection(shared_broker.bootstrap) as conn:
-        resp = conn.call(fetch_request(version, "", {0: (0, -1), 1: (0, -1)}, unknown))
+        resp = conn.call(
+            fetch_request(
+                "", {0: (0, -1), 1: (0, -1)}, version=version, topic_id=unknown, isolation_level=1
+            )
+        )
     (answer,) = resp.responses
     assert answer.topic_id == unknown
     assert [(p.partition_index, p.error_code) for p in answer.partitions] == [(0, 100), (1, 100)]

@@ -16,8 +16,8 @@ from onceflow.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from onceflow.protocol.codec import build, request_type
 from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.wire import RawConnection
-from tests.integration.test_fetch_versions_wire import create_or_describe, fetch_request
+from tests.helpers.wire import RawConnection, fetch_request
+from tests.integration.test_fetch_versions_wire import create_or_describe
 
 lo, hi = SUPPORTED_VERSIONS[ApiKey.PRODUCE]
 
@@ -53,7 +53,7 @@ def test_produce_at_every_version(shared_broker: BrokerProcess, version: int) ->
         topic_id = create_or_describe(conn, topic)
         first = conn.call(produce_request(version, topic, {0: batch, 7: batch}, topic_id=topic_id))
         second = conn.call(produce_request(version, topic, {0: batch}, topic_id=topic_id))
-        fetched = conn.call(fetch_request(12, topic, {0: (0, -1)}, topic_id))
+        fetched = conn.call(fetch_request(topic, version=12, topic_id=topic_id, isolation_level=1))
     (answer,) = first.responses
     if version >= 13:
         assert answer.topic_id == topic_id

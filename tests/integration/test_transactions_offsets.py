@@ -31,13 +31,16 @@ from tests.helpers.clients import producer as plain_producer
 from tests.helpers.txn import (
     CLIENTS,
     OP_TIMEOUT_S,
-    TXN_BROKER_OVERRIDES,
     Rec,
     call_with_deadline,
     confluent_txn_producer,
     read_records,
+    running_without_internal_errors,
     wait_for,
     wait_stable,
+)
+from tests.helpers.txn import (
+    txn_broker_process_each_version as txn_broker_process_each_version,  # the fixture
 )
 from tests.helpers.wire import RawConnection
 
@@ -49,32 +52,10 @@ UNSTABLE_OFFSET_COMMIT = 88
 NO_OFFSET = -1
 
 
-# Every test runs against a broker at transaction version 0 and one at 2: librdkafka
-# never uses version 2 (it stays on AddPartitionsToTxn and EndTxn v1), so finalizing it
-# for Java clients must leave librdkafka's transactions exactly as they were.
-@pytest.fixture(scope="module", params=["0", "2"], ids=["tv0", "tv2"])
-def _txn_broker_process(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[BrokerProcess]:
-    overrides = {**TXN_BROKER_OVERRIDES, "onceflow.transaction.version": request.param}
-    b = BrokerProcess(tmp_path_factory.mktemp("txn-offsets") / "data", overrides)
-    b.start()
-    try:
-        yield b
-        assert b.stop() == 0, f"unclean broker shutdown; its log:\n{b.log_tail()}"
-    finally:
-        b.kill()
-
-
 @pytest.fixture
-def broker(_txn_broker_process: BrokerProcess) -> Iterator[BrokerProcess]:
-    b = _txn_broker_process
-    if not b.running:
-        b.start()
-    mark = b.log_size()
-    yield b
-    errors = b.internal_errors(mark)
-    assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
+def broker(txn_broker_process_each_version: BrokerProcess) -> Iterator[BrokerProcess]:
+    """Each test at transaction versions 0 and 2, one broker per module and version."""
+    yield from running_without_internal_errors(txn_broker_process_each_version)
 
 
 def _seed(bootstrap: str) -> tuple[str, list[bytes]]:

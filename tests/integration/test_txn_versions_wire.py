@@ -44,14 +44,16 @@ def test_a_write_outside_the_transaction_is_answered_as_its_version_understands(
     with RawConnection(shared_broker.bootstrap) as conn:
         create_or_describe(conn, added)
         create_or_describe(conn, other)
-        p = init(conn, f"outside-{version}")
+        old = init(conn, f"outside-{version}")
+        p = init(conn, f"outside-{version}")  # a new instance: the epoch is bumped
+        assert p.epoch == old.epoch + 1
         assert add_partitions(conn, p, added, (0,)) == {ErrorCode.none}
         ok = produce(conn, p, added, txn_batch(p, 0, b"in"), version)
         assert ok.error_code == ErrorCode.none
         refused = produce(conn, p, other, txn_batch(p, 0, b"out"), version)
         assert refused.error_code == OUTSIDE[version]
         # A stale epoch is INVALID_PRODUCER_EPOCH at every version (PRODUCER_FENCED mapped).
-        stale = produce(conn, p, added, txn_batch(p, 1, b"old", epoch=p.epoch - 1), version)
+        stale = produce(conn, p, added, txn_batch(p, 1, b"old", epoch=old.epoch), version)
         assert stale.error_code == ErrorCode.invalid_producer_epoch
         assert end_txn(conn, p, commit=False).error_code == ErrorCode.none
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import re2
 
 from onceflow.client_regex import ClientRegex, PatternError
 
@@ -85,11 +86,19 @@ def test_matches_as_a_whole_match_of_the_same_pattern(pattern: str) -> None:
         "(a)?(?(1)b|c)",  # conditional
         "a{1001}",
         "a{2,1001}",
-        "((((x{1000}){1000}){1000}){1000})",  # a program over the memory budget
+        "((((x{1000}){1000}){1000}){1000})",  # repeats nested past RE2's limit
     ],
 )
 def test_what_re2_refuses_is_refused(pattern: str) -> None:
     with pytest.raises(PatternError):
+        ClientRegex(pattern)
+
+
+def test_a_pattern_over_the_memory_budget_is_refused() -> None:
+    """RE2 with its default budget (8 MiB) compiles it; a client gets 1 MiB."""
+    pattern = "\\p{L}{300}"
+    assert re2.compile(pattern).fullmatch("a" * 300) is not None
+    with pytest.raises(PatternError, match="too large"):
         ClientRegex(pattern)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -276,22 +277,31 @@ def test_produce_to_a_missing_topic_without_write_or_create(tmp_path: Path) -> N
 # ---- Fetch, ListOffsets, OffsetForLeaderEpoch ----------------------------------------------
 
 
-def fetch_fields(replica_id: int, partitions: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+def fetch_fields(
+    replica_id: int,
+    partitions: dict[str, tuple[int, ...]],
+    version: int = 11,
+    topic_ids: dict[str, uuid.UUID] | None = None,
+) -> dict[str, Any]:
+    """A Fetch of `version`: topics by name, or (v13+) by the id `topic_ids` gives; the
+    follower's id as replica_id, or (v15+) in replica_state."""
     topics = tuple(
         nested(
             ApiKey.FETCH,
-            11,
+            version,
             "FetchTopic",
             topic=name,
+            topic_id=(topic_ids or {}).get(name),
             partitions=tuple(
                 nested(
                     ApiKey.FETCH,
-                    11,
+                    version,
                     "FetchPartition",
                     partition=p,
                     current_leader_epoch=-1,
                     fetch_offset=0,
                     log_start_offset=-1,
+                    last_fetched_epoch=-1,
                     partition_max_bytes=1 << 20,
                 )
                 for p in parts
@@ -299,7 +309,7 @@ def fetch_fields(replica_id: int, partitions: dict[str, tuple[int, ...]]) -> dic
         )
         for name, parts in partitions.items()
     )
-    return {
+    fields: dict[str, Any] = {
         "replica_id": replica_id,
         "max_wait": 0 * SECONDS,
         "min_bytes": 0,
@@ -311,6 +321,11 @@ def fetch_fields(replica_id: int, partitions: dict[str, tuple[int, ...]]) -> dic
         "forgotten_topics_data": (),
         "rack_id": "",
     }
+    if version >= 15:
+        fields["replica_state"] = nested(
+            ApiKey.FETCH, version, "ReplicaState", replica_id=replica_id, replica_epoch=-1
+        )
+    return fields
 
 
 def test_consumer_fetch_needs_read_on_each_topic(tmp_path: Path) -> None:
@@ -328,18 +343,57 @@ def test_consumer_fetch_needs_read_on_each_topic(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
-def test_replica_fetch_needs_cluster_action(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [11, 17])  # v17: the followers' own version (by id)
+def test_replica_fetch_needs_cluster_action(tmp_path: Path, version: int) -> None:
     async def body(h: Harness) -> None:
+        open_id = h.broker.topic_id(OPEN)
+        assert open_id is not None
+        ids = {OPEN: open_id}
+
+        def errors(response: Any) -> dict[int, Any]:
+            return {
+                p.partition_index: p.error_code for t in response.responses for p in t.partitions
+            }
+
         h.acl.grant(topic(Op.READ))  # a consumer's rights do not make a follower
-        response = await h.call(ApiKey.FETCH, 11, **fetch_fields(2, {OPEN: (0, 1)}))
-        assert partition_errors(response.responses) == {
-            (OPEN, 0): TOPIC_DENIED,
-            (OPEN, 1): TOPIC_DENIED,
-        }
+        response = await h.call(
+            ApiKey.FETCH, version, **fetch_fields(2, {OPEN: (0, 1)}, version, ids)
+        )
+        assert errors(response) == {0: TOPIC_DENIED, 1: TOPIC_DENIED}
         h.acl.grant(cluster(Op.CLUSTER_ACTION))
-        response = await h.call(ApiKey.FETCH, 11, **fetch_fields(2, {OPEN: (0,)}))
+        response = await h.call(
+            ApiKey.FETCH, version, **fetch_fields(2, {OPEN: (0,)}, version, ids)
+        )
         # Allowed, it gets what it got before: broker 2 is no follower of this one.
-        assert partition_errors(response.responses) == {(OPEN, 0): ErrorCode.replica_not_available}
+        assert errors(response) == {0: ErrorCode.replica_not_available}
+
+    run(tmp_path, body)
+
+
+def test_fetch_by_topic_id_looks_the_id_up_without_walking_every_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Followers fetch by topic id (v17) all the time: the name an id maps to is remembered,
+    so a fetch costs a lookup per topic, not a walk of every topic."""
+
+    async def body(h: Harness) -> None:
+        h.use(None)
+        open_id = h.broker.topic_id(OPEN)
+        assert open_id is not None
+        walks: list[int] = []
+        real = h.broker.topics_by_id
+
+        def counting() -> dict[uuid.UUID, str]:
+            walks.append(1)
+            return real()
+
+        monkeypatch.setattr(h.broker, "topics_by_id", counting)
+        for _ in range(3):
+            response = await h.call(
+                ApiKey.FETCH, 17, **fetch_fields(-1, {OPEN: (0,)}, 17, {OPEN: open_id})
+            )
+            assert response.responses[0].partitions[0].error_code == ErrorCode.none
+        assert len(walks) <= 1
 
     run(tmp_path, body)
 
@@ -574,7 +628,7 @@ def test_delete_topics_by_id_names_a_refused_topic_only_to_who_may_describe_it(
 
 def test_delete_topics_needs_delete(tmp_path: Path) -> None:
     async def body(h: Harness) -> None:
-        h.acl.grant(topic(Op.DELETE))
+        h.acl.grant(topic(Op.DELETE), topic(Op.DESCRIBE))  # DELETE implies DESCRIBE in Kafka
         response = await h.call(
             ApiKey.DELETE_TOPICS, 3, topic_names=(OPEN, SECRET, "ghost"), timeout=30 * SECONDS
         )
@@ -584,6 +638,38 @@ def test_delete_topics_needs_delete(tmp_path: Path) -> None:
             ("ghost", TOPIC_DENIED),  # not UNKNOWN_TOPIC_OR_PARTITION
         ]
         assert h.broker.topic_partition_count(SECRET) == 1
+
+    run(tmp_path, body)
+
+
+def test_delete_topics_by_name_needs_describe_too(tmp_path: Path) -> None:
+    """Kafka's controller: a topic named without DESCRIBE (an ALLOW DELETE with a DENY
+    DESCRIBE) is refused, not deleted."""
+
+    async def body(h: Harness) -> None:
+        h.acl.grant(topic(Op.DELETE))
+        response = await h.call(ApiKey.DELETE_TOPICS, 3, topic_names=(OPEN,), timeout=30 * SECONDS)
+        assert [(t.name, t.error_code) for t in response.responses] == [(OPEN, TOPIC_DENIED)]
+        assert h.broker.topic_partition_count(OPEN) == 2
+
+    run(tmp_path, body)
+
+
+def test_delete_on_the_cluster_deletes_any_topic(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.acl.grant(cluster(Op.DELETE))
+        secret_id = h.broker.topic_id(SECRET)
+        states = (
+            nested(ApiKey.DELETE_TOPICS, 6, "DeleteTopicState", name=OPEN, topic_id=None),
+            nested(ApiKey.DELETE_TOPICS, 6, "DeleteTopicState", name=None, topic_id=secret_id),
+        )
+        response = await h.call(ApiKey.DELETE_TOPICS, 6, topics=states, timeout=30 * SECONDS)
+        assert [(t.name, t.error_code) for t in response.responses] == [
+            (OPEN, ErrorCode.none),
+            (SECRET, ErrorCode.none),
+        ]
+        assert h.broker.topic_partition_count(OPEN) is None
+        assert h.broker.topic_partition_count(SECRET) is None
 
     run(tmp_path, body)
 

@@ -3,11 +3,15 @@ question to the coordinator, hence one transaction-log record, as Kafka batches 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
 from tests.unit.test_handler_authorization import OPEN, SECONDS, Harness, nested, run
 
 from onceflow.broker.broker import TXN_TOPIC
+from onceflow.broker.handlers import produce as produce_handler
 from onceflow.coordinator.transaction.log import decode_key, decode_value
 from onceflow.coordinator.transaction.state import TxnState
 from onceflow.errors import ErrorCode
@@ -54,3 +58,65 @@ def test_first_writes_of_one_request_are_added_with_one_log_record(tmp_path: Pat
         assert coordinator.txns[TXN_ID].client_version == 2
 
     run(tmp_path, body)
+
+
+class _LateMarkers:
+    """The previous transaction's markers reach the partition a round trip late, as they do
+    on a leader that is not the coordinator's broker."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def write_markers(self, *args: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return await self.inner.write_markers(*args)
+
+
+def test_the_next_transactions_first_write_waits_out_the_previous_markers(
+    tmp_path: Path,
+) -> None:
+    """The coordinator adds the partition only once the previous transaction's markers are
+    written: those markers landing while it was asked must not make the write retry."""
+
+    async def body(h: Harness) -> None:
+        h.use(None)
+        coordinator = h.broker.txn_coordinator
+        coordinator._markers = _LateMarkers(coordinator._markers)
+        init = await coordinator.init_producer_id(TXN_ID, 60_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        first = await h.call(ApiKey.PRODUCE, 12, **produce_v12(pid, epoch, (0,)))
+        assert first.responses[0].partition_responses[0].error_code == ErrorCode.none
+        ended = await coordinator.end_txn_bumping(TXN_ID, pid, epoch, commit=True)
+        assert ended.error is ErrorCode.none
+        after = await h.call(ApiKey.PRODUCE, 12, **produce_v12(pid, ended.producer_epoch, (0,)))
+        (answer,) = after.responses[0].partition_responses
+        assert (answer.error_code, answer.error_message) == (ErrorCode.none, None)
+
+    run(tmp_path, body)
+
+
+def test_a_first_write_is_validated_once_though_the_coordinator_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CRC check (and, on compacted topics, the per-record key check) is the costly part
+    of a Produce: a write that waits for its coordinator is not checked again after."""
+    calls: list[int] = []
+    real = produce_handler.validate_produced_batches
+
+    def counting(records: bytes, max_bytes: int) -> Any:
+        calls.append(len(records))
+        return real(records, max_bytes)
+
+    monkeypatch.setattr(produce_handler, "validate_produced_batches", counting)
+
+    async def body(h: Harness) -> None:
+        h.use(None)
+        init = await h.broker.txn_coordinator.init_producer_id(TXN_ID, 60_000)
+        response = await h.call(
+            ApiKey.PRODUCE, 12, **produce_v12(init.producer_id, init.producer_epoch, (0,))
+        )
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+        assert h.broker.txn_coordinator.txns[TXN_ID].partitions == {(OPEN, 0)}
+
+    run(tmp_path, body)
+    assert len(calls) == 1

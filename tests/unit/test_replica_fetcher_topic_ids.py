@@ -126,6 +126,15 @@ def test_an_id_the_leader_does_not_know_copies_nothing() -> None:
     assert partition.log.log_end_offset == 0
 
 
+def test_records_answered_for_another_topic_id_are_not_copied() -> None:
+    """An answer naming a topic id this replica did not ask for (the recreated topic's) is
+    no answer for its partition, however well-formed its records."""
+    partition = _following(TOPIC_ID)
+    other = uuid.uuid4()
+    _run(partition, lambda v, r: (other, ErrorCode.none, BATCH), 2)
+    assert partition.log.log_end_offset == 0
+
+
 def test_a_topic_without_an_id_is_fetched_by_name() -> None:
     partition = _following(None)
     seen = _run(partition, lambda v, r: (r.topics[0].topic, ErrorCode.none, BATCH), 1)

@@ -9,6 +9,7 @@ process, with real clients, in tests/integration/test_transactions_cli.py.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import socket
 import threading
@@ -23,7 +24,9 @@ from onceflow.broker.broker import Broker
 from onceflow.broker.handlers import registry, txn_admin
 from onceflow.broker.security import listener_security
 from onceflow.broker.server import KafkaConnection
+from onceflow.cli.common import CliError
 from onceflow.cli.main import main
+from onceflow.cli.transactions import _check_filters_supported
 from onceflow.config import BrokerConfig, Listener
 from onceflow.errors import ErrorCode
 from onceflow.records.batch import validate_produced_batches
@@ -440,3 +443,22 @@ def test_unreachable_bootstrap(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1
     assert err.startswith("onceflow: error: cannot connect to any bootstrap server: 127.0.0.1:")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "version", "missing"),
+    [
+        ({"duration_filter": 1000}, 0, "duration"),
+        ({"transactional_id_pattern": "tx-.*"}, 1, "pattern"),
+    ],
+)
+def test_a_filter_the_broker_cannot_apply_is_an_error_not_dropped(
+    flags: dict[str, Any], version: int, missing: str
+) -> None:
+    """A broker too old for a filter would ignore it and list every transaction."""
+    args = argparse.Namespace(
+        **{"duration_filter": None, "transactional_id_pattern": None, **flags}
+    )
+    with pytest.raises(CliError, match=missing):
+        _check_filters_supported(args, "host:9092", version)
+    _check_filters_supported(args, "host:9092", 2)  # a broker that has both filters

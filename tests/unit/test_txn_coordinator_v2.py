@@ -169,3 +169,34 @@ def test_no_producer_id_block_is_coordinator_not_available_not_a_crash() -> None
         assert fresh.error is ErrorCode.coordinator_not_available
 
     run(go())
+
+
+def test_a_fenced_instance_never_gets_the_epoch_back_through_end_txn() -> None:
+    """A fence (a new instance's InitProducerId, or the timeout) bumps the epoch by one, as
+    an EndTxn v5 does: the old instance's EndTxn at its epoch must be refused, not taken for
+    a retry of an end that bumped, which would hand it the new epoch."""
+
+    async def go(fence: str) -> None:
+        coord, _, _, clock = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert await coord.add_partitions("t", pid, epoch, [TP], client_version=2) is (
+            ErrorCode.none
+        )
+        if fence == "new instance":
+            fenced = await coord.init_producer_id("t", 10_000)
+            assert fenced.error is ErrorCode.concurrent_transactions
+        else:
+            clock.advance(10_001)
+            await coord.poll()
+        await settle()
+        assert coord.txns["t"].producer_epoch == epoch + 1
+        for commit in (False, True):
+            zombie = await coord.end_txn_bumping("t", pid, epoch, commit=commit)
+            assert zombie.error is ErrorCode.producer_fenced, (fence, commit)
+        assert await coord.add_partitions("t", pid, epoch, [TP], client_version=2) is (
+            ErrorCode.producer_fenced
+        )
+
+    for fence in ("new instance", "timeout"):
+        run(go(fence))

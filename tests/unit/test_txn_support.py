@@ -9,7 +9,7 @@ from onceflow.protocol.txn_support import (
     TxnSupport,
     for_produce,
     for_txn_offset_commit,
-    verification_error,
+    write_refusal,
 )
 
 
@@ -31,16 +31,20 @@ def test_versions_map_to_kafkas_transaction_supported_operations() -> None:
 
 @pytest.mark.parametrize("support", list(TxnSupport))
 def test_fenced_is_always_invalid_producer_epoch(support: TxnSupport) -> None:
-    assert verification_error(ErrorCode.producer_fenced, support) is (
-        ErrorCode.invalid_producer_epoch
-    )
+    assert write_refusal(ErrorCode.producer_fenced, support) is (ErrorCode.invalid_producer_epoch)
 
 
 def test_transaction_abortable_only_for_clients_that_understand_it() -> None:
     code = ErrorCode.transaction_abortable
-    assert verification_error(code, TxnSupport.DEFAULT_ERROR) is ErrorCode.invalid_txn_state
-    assert verification_error(code, TxnSupport.GENERIC_ERROR) is code
-    assert verification_error(code, TxnSupport.ADD_PARTITION) is code
-    assert verification_error(ErrorCode.invalid_producer_id_mapping, TxnSupport.DEFAULT_ERROR) is (
+    assert write_refusal(code, TxnSupport.DEFAULT_ERROR) is ErrorCode.invalid_txn_state
+    assert write_refusal(code, TxnSupport.GENERIC_ERROR) is code
+    assert write_refusal(code, TxnSupport.ADD_PARTITION) is code
+    assert write_refusal(ErrorCode.invalid_producer_id_mapping, TxnSupport.DEFAULT_ERROR) is (
         ErrorCode.invalid_producer_id_mapping
     )
+
+
+@pytest.mark.parametrize("support", list(TxnSupport))
+def test_coordinator_trouble_is_the_retriable_not_enough_replicas(support: TxnSupport) -> None:
+    for code in (ErrorCode.concurrent_transactions, ErrorCode.not_coordinator):
+        assert write_refusal(code, support) is ErrorCode.not_enough_replicas

@@ -31,6 +31,7 @@ from onceflow.broker.topics import (
     validate_topic_name,
 )
 from onceflow.clock import Clock, SystemClock
+from onceflow.cluster.assignment import assign_replicas
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
@@ -45,7 +46,8 @@ from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
-from onceflow.protocol.txn_support import TxnSupport, verification_error
+from onceflow.protocol.topic_ids import parse_topic_id
+from onceflow.protocol.txn_support import TxnSupport, write_refusal
 from onceflow.records.batch import BatchHeader, scan_batches
 from onceflow.replication.partition import Partition, Role
 from onceflow.storage.cleaner import LogCleaner
@@ -68,28 +70,6 @@ TXN_TOPIC = "__transaction_state"
 META_PROPERTIES = "meta.properties"
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
 CLUSTER_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
-# Verification answers that older clients would not retry from Produce: Kafka hands them
-# over as the retriable NOT_ENOUGH_REPLICAS, which needs no metadata refresh (the last one
-# is Onceflow's: the coordinator's broker could not be reached).
-_RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset(
-    {
-        ErrorCode.not_coordinator,
-        ErrorCode.coordinator_not_available,
-        ErrorCode.coordinator_load_in_progress,
-        ErrorCode.concurrent_transactions,
-        ErrorCode.network_exception,
-        ErrorCode.not_leader_or_follower,
-    }
-)
-
-
-def _client_code(code: ErrorCode, support: TxnSupport) -> ErrorCode:
-    """A verification refusal as the writing client is answered (Kafka's ReplicaManager)."""
-    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
-        return ErrorCode.not_enough_replicas
-    return verification_error(code, support)
-
-
 #: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
 INTERNAL_WRITE_TIMEOUT_MS = 5000
 
@@ -485,10 +465,7 @@ class Broker:
         else:
             info = self.logs.topics.get(name)
             text = None if info is None else info.topic_id
-        try:
-            return None if not text else uuid.UUID(text)
-        except ValueError:
-            return None
+        return parse_topic_id(text)
 
     def topics_by_id(self) -> dict[uuid.UUID, str]:
         """Every topic's name by its id."""
@@ -497,7 +474,8 @@ class Broker:
 
     def topic_name_by_id(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id, None if no topic has it. For requests that
-        name topics by id (Produce v13): a remembered name is used once the topic it names
+        name topics by id (Produce v13, Fetch v13+ and so every follower, Metadata,
+        ConsumerGroupHeartbeat): a remembered name is used once the topic it names
         still has this id, so a request costs a lookup per topic, not a walk of them all
         (which happens only when the id is new or its topic was deleted or recreated)."""
         name = self._names_by_id.get(topic_id)
@@ -559,7 +537,10 @@ class Broker:
         configs: Mapping[str, str] | None = None,
         replication_factor: int = -1,
         assignment: dict[int, list[int]] | None = None,
+        validate_only: bool = False,
     ) -> CreatedTopic:
+        """Create a topic; with `validate_only`, only check that it could be created and
+        answer what it would be, with a fresh id that is never stored (as Kafka does)."""
         validate_topic_name(name)
         if partitions <= 0 and assignment is None:
             raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
@@ -568,6 +549,11 @@ class Broker:
             if replication_factor == -1
             else replication_factor
         )
+        if validate_only:
+            if assignment is not None:  # checked against the live brokers by the caller
+                return CreatedTopic(uuid.uuid4(), len(assignment), len(assignment[0]))
+            assign_replicas(partitions, rf, [node for node, _, _ in self.nodes()], start=0)
+            return CreatedTopic(uuid.uuid4(), partitions, rf)
         if self.cluster is not None:
             meta = await self.cluster.create_topic(name, partitions, rf, configs or {}, assignment)
             factor = len(next(iter(meta.assignment.values())))
@@ -795,23 +781,23 @@ class Broker:
         by the caller (RemoteVerification raised here), which then calls again with its
         answer, `verified`. A refusal is raised with the code the client's request version
         (`support`) understands. A transaction version 2 write (`support` ADD_PARTITION)
-        adds its partition to the transaction the same way, whatever the switch says."""
-        if support is TxnSupport.ADD_PARTITION and transactional_id is not None:
-            self._add_by_write(transactional_id, header, topic, partition, verified, support)
-            return
-        if not self.config.transaction_partition_verification_enable:
+        adds its partition to the transaction the same way (the caller asks the
+        coordinator, here or elsewhere, to add it), whatever the switch says."""
+        add = support is TxnSupport.ADD_PARTITION and transactional_id is not None
+        if not add and not self.config.transaction_partition_verification_enable:
             return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
-        coordinator = self.txn_coordinator
-        if self._coordinator_elsewhere(transactional_id):
+        elsewhere = self._coordinator_elsewhere(transactional_id)
+        if add or elsewhere:
             assert transactional_id is not None
-            self._verify_remotely(transactional_id, header, topic, partition, verified, support)
-            return
+            self._check_answer(transactional_id, header, topic, partition, verified, support, add)
+            if elsewhere:
+                return  # the remote coordinator's answer stands
         try:
-            coordinator.verify(
+            self.txn_coordinator.verify(
                 transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
             )
         except KafkaError as exc:
-            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
+            raise KafkaError(write_refusal(exc.code, support), exc.message) from exc
 
     def _coordinator_elsewhere(self, transactional_id: str | None) -> bool:
         return (
@@ -821,7 +807,7 @@ class Broker:
             is ErrorCode.not_coordinator
         )
 
-    def _add_by_write(
+    def _check_answer(
         self,
         transactional_id: str,
         header: BatchHeader,
@@ -829,87 +815,45 @@ class Broker:
         partition: int,
         verified: RemoteVerification | None,
         support: TxnSupport,
+        add: bool,
     ) -> None:
-        """Transaction version 2: the first write of a transaction to a partition adds the
-        partition (the caller asks the coordinator, `RemoteVerification` with `add`, and
-        calls again with the answer). With the coordinator here, the transaction is then
-        verified in the same step as the append, so it cannot have ended in between; with
-        it elsewhere, a marker written meanwhile means the answer may be stale (retry)."""
-        plog = self.leader_log(topic, partition)
-        entry = plog.producer_state.producers.get(header.producer_id)
-        open_here = (
-            entry is not None
-            and entry.epoch == header.producer_epoch
-            and entry.txn_first_offset != NO_TXN
-        )
-        markers = plog.markers_written.get(header.producer_id, 0)
-        if verified is None and not open_here:
-            raise RemoteVerification(
-                transactional_id,
-                header.producer_id,
-                header.producer_epoch,
-                topic,
-                partition,
-                markers,
-                add=True,
-            )
-        if verified is not None:
-            if markers != verified.markers_before:
-                raise KafkaError(
-                    ErrorCode.not_enough_replicas,
-                    f"{plog.name}: a transaction ended while the partition was added; retry",
-                )
-            if verified.error is not ErrorCode.none:
-                raise KafkaError(
-                    _client_code(verified.error, support),
-                    f"{plog.name}: the transaction coordinator did not add the partition "
-                    f"({verified.error.name.lower()})",
-                )
-        if self._coordinator_elsewhere(transactional_id):
-            return  # added (or open here, so still ongoing) at this epoch
-        try:
-            self.txn_coordinator.verify(
-                transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
-            )
-        except KafkaError as exc:
-            raise KafkaError(_client_code(exc.code, support), exc.message) from exc
+        """Before the coordinator was asked (`verified` None): raise RemoteVerification
+        unless the producer's transaction is already open here at this epoch (so still
+        ongoing, verified or added before). With its answer: raise its refusal, or
+        NOT_ENOUGH_REPLICAS when the answer may be stale (Kafka's VerificationGuard): a
+        marker at the write's epoch landed here while the coordinator was asked.
 
-    def _verify_remotely(
-        self,
-        transactional_id: str,
-        header: BatchHeader,
-        topic: str,
-        partition: int,
-        verified: RemoteVerification | None,
-        support: TxnSupport,
-    ) -> None:
+        Only a verification (transaction version 0) or a remote add at an epoch this
+        partition has already seen is guarded. A local add is verified again in the same
+        step as the append, and a transaction version 2 end bumps the epoch, so its markers
+        are above the write's and the producer state refuses the write after them; the
+        previous transaction's markers, which the coordinator waits for before it adds,
+        must not make the next transaction's first write retry."""
         plog = self.leader_log(topic, partition)
         entry = plog.producer_state.producers.get(header.producer_id)
-        if (
-            entry is not None
-            and entry.epoch == header.producer_epoch
-            and entry.txn_first_offset != NO_TXN
-        ):
-            return  # its transaction is open here, so still ongoing: verified before
+        epoch_seen = entry is not None and entry.epoch == header.producer_epoch
+        markers = plog.markers_written.get(header.producer_id, 0)
         if verified is None:
+            if epoch_seen and entry is not None and entry.txn_first_offset != NO_TXN:
+                return
+            guarded = not add or (epoch_seen and self._coordinator_elsewhere(transactional_id))
             raise RemoteVerification(
                 transactional_id,
                 header.producer_id,
                 header.producer_epoch,
                 topic,
                 partition,
-                plog.markers_written.get(header.producer_id, 0),
+                markers if guarded else None,
+                add=add,
             )
-        if plog.markers_written.get(header.producer_id, 0) != verified.markers_before:
-            # A transaction ended here while the coordinator was asked (Kafka's
-            # VerificationGuard): the answer may be stale, so the producer retries.
+        if verified.markers_before is not None and markers != verified.markers_before:
             raise KafkaError(
                 ErrorCode.not_enough_replicas,
-                f"{plog.name}: a transaction ended during verification; retry",
+                f"{plog.name}: a transaction ended while the coordinator was asked; retry",
             )
         if verified.error is not ErrorCode.none:
             raise KafkaError(
-                _client_code(verified.error, support),
+                write_refusal(verified.error, support),
                 f"{plog.name}: the transaction coordinator refused the write "
                 f"({verified.error.name.lower()})",
             )
@@ -1022,7 +966,7 @@ class RemoteVerification(Exception):
     producer_epoch: int
     topic: str
     partition: int
-    markers_before: int
+    markers_before: int | None  # the producer's markers here when asked; None: unguarded
     add: bool = False  # transaction version 2: add the partition, not only verify it
     error: ErrorCode = ErrorCode.none
 

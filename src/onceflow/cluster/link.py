@@ -273,6 +273,11 @@ class ClusterLink:
 
     def _set_topic(self, meta: TopicMetadata) -> MetadataChange:
         known = self.cache.topics.get(meta.name)
+        if known is not None and known.topic_id != meta.topic_id:
+            # Deleted and made again, the deletion unseen: nothing of the old topic (its
+            # partition states' versions, its config version) applies to the new one.
+            self.cache.drop_topic(meta.name)
+            known = None
         if known is not None and known.config_version > meta.config_version:
             meta = dataclasses.replace(
                 meta, configs=known.configs, config_version=known.config_version

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from onceflow.clock import Clock
 from onceflow.cluster.link import ClusterLink, MetadataChange
 from onceflow.cluster.zk_store import MetadataStoreError, StaleVersion
 from onceflow.cluster.znodes import NO_LEADER, PartitionState
+from onceflow.protocol.topic_ids import parse_topic_id
 from onceflow.replication.fetcher import FetcherSettings, FollowerHost, ReplicaFetcher
 from onceflow.replication.partition import LeaderAndIsr, Partition, Role
 from onceflow.storage.log_manager import LogManager
@@ -137,6 +137,13 @@ class ReplicaManager:
         if current is None:
             return  # the controller has not elected a leader yet
         partition = self.partitions.get(key)
+        if partition is not None and partition.topic_id != parse_topic_id(
+            cache.topics[topic].topic_id
+        ):
+            # The topic was deleted and made again under its name, and this broker saw the
+            # new one without the deletion between: the old replica goes, a new one starts.
+            self._remove(key)
+            partition = None
         if partition is None:
             partition = self._open(topic, index)
             if partition is None:
@@ -158,7 +165,7 @@ class ReplicaManager:
         except Exception:
             log.exception("cannot host %s-%d", topic, index)
             return None
-        partition = Partition(plog, self.local_id, self.clock, _topic_id(meta.topic_id))
+        partition = Partition(plog, self.local_id, self.clock, parse_topic_id(meta.topic_id))
         self.partitions[(topic, index)] = partition
         return partition
 
@@ -311,12 +318,3 @@ class ReplicaManager:
 
     def leader_logs(self) -> list[PartitionLog]:
         return [p.log for p in self.partitions.values() if p.role is Role.LEADER]
-
-
-def _topic_id(text: str) -> uuid.UUID | None:
-    """A topic's id as ZooKeeper holds it; None for a topic written without one (a
-    replica of it fetches by name)."""
-    try:
-        return uuid.UUID(text) if text else None
-    except ValueError:
-        return None

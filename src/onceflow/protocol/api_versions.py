@@ -124,8 +124,10 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
 }
 GROUP_VERSION = 1
 # The epoch of the levels with transaction.version 0. Clients keep the finalized levels of
-# the highest epoch they have seen, so every change of the levels must raise the epoch:
-# `finalized_features` adds the transaction level to it.
+# the highest epoch they have seen: raising `onceflow.transaction.version` raises the epoch
+# (`finalized_features` adds the level to it), so clients take the new level. Lowering it
+# lowers the epoch, so a running Java client keeps the higher level until it restarts; that
+# is safe because every API version is served at every level.
 FINALIZED_FEATURES_EPOCH = 1
 
 

@@ -33,10 +33,28 @@ def for_txn_offset_commit(version: int) -> TxnSupport:
     return TxnSupport.GENERIC_ERROR if version >= 4 else TxnSupport.DEFAULT_ERROR
 
 
-def verification_error(code: ErrorCode, support: TxnSupport) -> ErrorCode:
-    """The coordinator's verification answer as the client is told it (Kafka's
-    AddPartitionsToTxnManager): producers expect INVALID_PRODUCER_EPOCH for a fenced
-    epoch, and clients before KIP-890 INVALID_TXN_STATE for TRANSACTION_ABORTABLE."""
+# Verification answers that older clients would not retry from Produce: Kafka hands them
+# over as the retriable NOT_ENOUGH_REPLICAS, which needs no metadata refresh (the last one
+# is Onceflow's: the coordinator's broker could not be reached).
+_RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.not_leader_or_follower,
+    }
+)
+
+
+def write_refusal(code: ErrorCode, support: TxnSupport) -> ErrorCode:
+    """The coordinator's verification answer as the writing client is told it (Kafka's
+    AddPartitionsToTxnManager and ReplicaManager): coordinator trouble is the retriable
+    NOT_ENOUGH_REPLICAS, producers expect INVALID_PRODUCER_EPOCH for a fenced epoch, and
+    clients before KIP-890 INVALID_TXN_STATE for TRANSACTION_ABORTABLE."""
+    if code in _RETRY_AS_NOT_ENOUGH_REPLICAS:
+        return ErrorCode.not_enough_replicas
     if code is ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     if code is ErrorCode.transaction_abortable and support is TxnSupport.DEFAULT_ERROR:

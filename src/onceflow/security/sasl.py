@@ -39,7 +39,7 @@ __all__ = [
     "make_sasl_server",
 ]
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 #: (user, mechanism) -> that user's stored credential, or None.
 CredentialLookup = Callable[[str, str], ScramCredential | None]

@@ -9,13 +9,11 @@ or on the cluster for a broker's configs.
 from __future__ import annotations
 
 import datetime
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.handlers import authz, topic_deletion
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.topics import CreatedTopic
-from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import (
     ConfigError,
     describe_broker_config,
@@ -24,6 +22,7 @@ from onceflow.config import (
 )
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 _TOPIC_DENIED = "Authorization failed."  # Kafka's words for CreateTopics
-ZERO_UUID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: no topic id
 _CONFIGS_VERSION = 5  # CreateTopics answers with the created topic's configs from v5
 
 
@@ -89,17 +87,15 @@ async def _create_topic(
     broker.log_config(configs)  # raises INVALID_CONFIG before anything is created
     if broker.topic_partition_count(topic.name) is not None:
         raise KafkaError(ErrorCode.topic_already_exists, f"topic '{topic.name}' already exists")
-    replicas = topic.replication_factor
-    if not validate_only:
-        created = await broker.create_topic(topic.name, partitions, configs, replicas, assignment)
-        return configs, created
-    _validate_replication(broker, partitions, replicas, assignment)
-    if assignment is not None:
-        partitions, replicas = len(assignment), len(assignment[0])
-    elif replicas == -1:
-        replicas = broker.config.default_replication_factor
-    # Kafka answers a validate-only creation with a fresh id that is never stored.
-    return configs, CreatedTopic(uuid.uuid4(), partitions, replicas)
+    created = await broker.create_topic(
+        topic.name,
+        partitions,
+        configs,
+        topic.replication_factor,
+        assignment,
+        validate_only=validate_only,
+    )
+    return configs, created
 
 
 def _created_result(
@@ -110,20 +106,12 @@ def _created_result(
     undescribable: frozenset[str],
 ) -> Any:
     """A created topic's result: v5+ adds its effective configs, partition count and
-    replication factor, as DescribeConfigs would list them (sensitive values hidden)."""
-    if name in undescribable:
-        return ctx.entity(
-            "CreatableTopicResult",
-            name=name,
-            topic_id=created.topic_id,
-            error_code=ErrorCode.none,
-            error_message=None,
-            topic_config_error_code=ErrorCode.topic_authorization_failed,
-            configs=(),
-        )
+    replication factor, as DescribeConfigs would list them (sensitive values hidden), to a
+    principal that may describe them; others get TOPIC_AUTHORIZATION_FAILED for them."""
+    described = name not in undescribable
     broker = ctx.broker
     entries = []
-    if ctx.api_version >= _CONFIGS_VERSION:
+    if described and ctx.api_version >= _CONFIGS_VERSION:
         entries = describe_topic_config(
             broker.config.topic_config(configs), configs, broker=broker.config
         )
@@ -133,8 +121,11 @@ def _created_result(
         topic_id=created.topic_id,
         error_code=ErrorCode.none,
         error_message=None,
-        num_partitions=created.partitions,
-        replication_factor=created.replication_factor,
+        num_partitions=created.partitions if described else -1,
+        replication_factor=created.replication_factor if described else -1,
+        topic_config_error_code=(
+            ErrorCode.none if described else ErrorCode.topic_authorization_failed
+        ),
         configs=tuple(
             ctx.entity(
                 "CreatableTopicConfigs",
@@ -183,17 +174,6 @@ def _explicit_assignment(broker: Broker, topic: Any) -> dict[int, list[int]] | N
             ErrorCode.invalid_replica_assignment, "every partition needs the same replica count"
         )
     return assignment
-
-
-def _validate_replication(
-    broker: Broker, partitions: int, replicas: int, assignment: dict[int, list[int]] | None
-) -> None:
-    if assignment is not None:
-        return
-    if partitions <= 0:
-        raise KafkaError(ErrorCode.invalid_partitions, "the partition count must be positive")
-    factor = broker.config.default_replication_factor if replicas == -1 else replicas
-    assign_replicas(partitions, factor, [node for node, _, _ in broker.nodes()], start=0)
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:

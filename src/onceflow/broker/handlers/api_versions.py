@@ -62,7 +62,7 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     finalized = tuple(
         ctx.entity("FinalizedFeatureKey", name=name, max_version_level=lvl, min_version_level=lvl)
         for name, lvl in sorted(levels.items())
-        if lvl != 0 and version >= _FEATURES
+        if lvl != 0
     )
     return ctx.response(
         error_code=ErrorCode.none,

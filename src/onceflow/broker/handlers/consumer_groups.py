@@ -21,6 +21,7 @@ from onceflow.coordinator.group.consumer_group import ConsumerGroup, ConsumerMem
 from onceflow.coordinator.group.consumer_messages import HeartbeatRequest
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -28,7 +29,6 @@ _ONE_MS = datetime.timedelta(milliseconds=1)
 OPERATIONS_NOT_REQUESTED = -(2**31)
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
 CLASSIC_MEMBER = 0
-_ZERO_UUID = uuid.UUID(int=0)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -41,12 +41,9 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         return _heartbeat_response(ctx, ErrorCode.group_authorization_failed, None, None, -1, 0)
     owned = None
     if request.topic_partitions is not None:
-        names = ctx.broker.topics_by_id()
+        named = [(ctx.broker.topic_name_by_id(t.topic_id), t) for t in request.topic_partitions]
         owned = frozenset(
-            TopicPartition(names[t.topic_id], p)
-            for t in request.topic_partitions
-            if t.topic_id in names
-            for p in t.partitions
+            TopicPartition(name, p) for name, t in named if name is not None for p in t.partitions
         )
     rebalance = request.rebalance_timeout // _ONE_MS
     result = await _coordinator(ctx).consumer_group_heartbeat(
@@ -118,7 +115,7 @@ def _by_topic(
     for tp in partitions:
         grouped[tp.topic].append(tp.partition)
     return [
-        (ctx.broker.topic_id(name) or _ZERO_UUID, name, tuple(sorted(grouped[name])))
+        (ctx.broker.topic_id(name) or ZERO_UUID, name, tuple(sorted(grouped[name])))
         for name in sorted(grouped)
     ]
 

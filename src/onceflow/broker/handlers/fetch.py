@@ -94,8 +94,7 @@ def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
     (None for an id no topic has: UNKNOWN_TOPIC_ID, before any authorization, as Kafka)."""
     if ctx.api_version < 13:
         return [t.topic for t in request.topics]
-    by_id = ctx.broker.topics_by_id()
-    return [by_id.get(t.topic_id) for t in request.topics]
+    return [ctx.broker.topic_name_by_id(t.topic_id) for t in request.topics]
 
 
 def _denied_topics(ctx: RequestContext, names: list[str | None], replica: int) -> frozenset[str]:

@@ -46,9 +46,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     if every_topic:
         requested = broker.topic_names()
     elif ids:  # any id given: the topics are those ids, names are ignored (as Kafka)
-        by_id = broker.topics_by_id()
-        requested = [by_id[i] for i in ids if i in by_id]
-        unknown_ids = [i for i in ids if i not in by_id]
+        found = {i: broker.topic_name_by_id(i) for i in ids}
+        requested = [name for name in found.values() if name is not None]
+        unknown_ids = [i for i, name in found.items() if name is None]
     else:
         requested = list(dict.fromkeys(t.name for t in request.topics))
         auto_create = (version < 4 or bool(request.allow_auto_topic_creation)) and (

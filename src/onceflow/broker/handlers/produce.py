@@ -55,23 +55,24 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     # One answer per partition, in the request's order; None while the partition's first
     # transactional write waits for the coordinator, who is asked once for all of them.
     answers: list[list[_Answer | None]] = []
-    asking: list[tuple[int, int, RemoteVerification]] = []
+    asking: list[tuple[int, int, _Question]] = []
     for topic_data, name in zip(request.topic_data, names, strict=True):
         row: list[_Answer | None] = []
         for data in topic_data.partition_data:
             outcome = step.run(name, data, denied)
-            if isinstance(outcome, RemoteVerification):
+            if isinstance(outcome, _Question):
                 asking.append((len(answers), len(row), outcome))
                 row.append(None)
             else:
                 row.append(outcome)
         answers.append(row)
     if asking:
-        replies = await broker.ask_coordinator_all([need for _, _, need in asking])
-        for (t, p, _), reply in zip(asking, replies, strict=True):
+        replies = await broker.ask_coordinator_all([q.need for _, _, q in asking])
+        for (t, p, question), reply in zip(asking, replies, strict=True):
             topic_data = request.topic_data[t]
-            outcome = step.run(names[t], topic_data.partition_data[p], denied, reply)
-            assert not isinstance(outcome, RemoteVerification)  # answered: never asks again
+            answered = dataclasses.replace(question, need=reply)
+            outcome = step.run(names[t], topic_data.partition_data[p], denied, answered)
+            assert not isinstance(outcome, _Question)  # answered: never asks again
             answers[t][p] = outcome
     waits: list[asyncio.Future[None]] = []
     waiting: list[tuple[int, int]] = []  # (topic index, partition index) of each wait
@@ -108,6 +109,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _Question:
+    """A first transactional write waiting for its coordinator (`need`; its answer once
+    asked), with its batch headers, validated once before the question."""
+
+    need: RemoteVerification
+    headers: list[BatchHeader]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Answer:
     entity: Any  # the partition's PartitionProduceResponse
     wait: asyncio.Future[None] | None  # the durability (acks) the answer waits for
@@ -129,8 +139,8 @@ class _PartitionStep:
         name: str | None,
         data: Any,
         denied: frozenset[str],
-        verified: RemoteVerification | None = None,
-    ) -> _Answer | RemoteVerification:
+        answered: _Question | None = None,
+    ) -> _Answer | _Question:
         ctx, broker, acks = self._ctx, self._ctx.broker, self._request.acks
         error = ErrorCode.none
         message = None
@@ -142,18 +152,25 @@ class _PartitionStep:
                 raise KafkaError(ErrorCode.unknown_topic_id)
             if name in denied:
                 raise KafkaError(ErrorCode.topic_authorization_failed)
+            plog = _produce_log(broker, name, data.index, acks)
+            records = data.records or b""
+            # Asked once already: the log is looked up again (leadership may have moved
+            # meanwhile), the batch was validated before the question.
+            headers = _validated(plog, records) if answered is None else answered.headers
             try:
-                plog, result = _append(
+                result = _append(
                     broker,
+                    plog,
+                    records,
+                    headers,
                     self._request.transactional_id,
-                    name,
-                    data,
+                    data.index,
                     acks,
                     self._support,
-                    verified,
+                    None if answered is None else answered.need,
                 )
             except RemoteVerification as need:  # the coordinator must be asked first
-                return need
+                return _Question(need, headers)
             base_offset, log_start = result.first_offset, result.log_start_offset
             if result.log_append_time >= 0:
                 append_time = datetime.datetime.fromtimestamp(
@@ -269,15 +286,7 @@ def _unacknowledged(
     return dataclasses.replace(response, responses=topics)
 
 
-def _append(
-    broker: Broker,
-    transactional_id: str | None,
-    topic: str,
-    data: Any,
-    acks: int,
-    support: TxnSupport,
-    verified: RemoteVerification | None = None,
-) -> tuple[PartitionLog, AppendResult]:
+def _produce_log(broker: Broker, topic: str, partition: int, acks: int) -> PartitionLog:
     if acks not in (0, 1, -1):
         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
     # Only the coordinators write internal topics (Kafka's internalTopicsAllowed); a
@@ -286,8 +295,10 @@ def _append(
         raise KafkaError(
             ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}"
         )
-    plog = broker.log_for_produce(topic, data.index)
-    records = data.records or b""
+    return broker.log_for_produce(topic, partition)
+
+
+def _validated(plog: PartitionLog, records: bytes) -> list[BatchHeader]:
     headers = validate_produced_batches(records, plog.config.max_message_bytes)
     if len(headers) != 1:
         # Kafka's rule for Produce v3+: one batch per partition, so a retried batch can
@@ -298,9 +309,23 @@ def _append(
         )
     if plog.config.cleanup_compact:
         require_keys(records, headers)
+    return headers
+
+
+def _append(
+    broker: Broker,
+    plog: PartitionLog,
+    records: bytes,
+    headers: list[BatchHeader],
+    transactional_id: str | None,
+    partition: int,
+    acks: int,
+    support: TxnSupport,
+    verified: RemoteVerification | None,
+) -> AppendResult:
     if any(h.is_transactional for h in headers):
         broker.verify_transactional(
-            transactional_id, headers[0], topic, data.index, verified, support
+            transactional_id, headers[0], plog.topic, partition, verified, support
         )
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
@@ -308,7 +333,7 @@ def _append(
     broker.check_replicas(plog, acks)
     result = plog.append_batches(records, headers)
     broker.appended(plog)
-    return plog, result
+    return result
 
 
 def require_keys(records: bytes, headers: list[BatchHeader]) -> None:

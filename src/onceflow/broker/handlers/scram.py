@@ -14,6 +14,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from onceflow.security.scram import (
+    SCRAM_MECHANISMS,
     ScramCredential,
     ScramDeletion,
     ScramMechanism,
@@ -57,7 +58,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
             infos = tuple(
                 ctx.entity(
                     "CredentialInfo",
-                    mechanism=ScramMechanism[mechanism.replace("-", "_")],
+                    mechanism=SCRAM_MECHANISMS[mechanism].code,
                     iterations=credential.iterations,
                 )
                 for mechanism, credential in sorted(stored[name].items())

@@ -3,9 +3,11 @@ answers it.
 
 Each name or id is answered once: a repeated one is INVALID_REQUEST, as is an entry with
 both a name and an id or neither. An unknown id is UNKNOWN_TOPIC_ID, an unknown name
-UNKNOWN_TOPIC_OR_PARTITION. Deleting needs DELETE on the topic; a refused topic given by id
-is named in the answer only to who may DESCRIBE it, so ids reveal no names. v6 answers carry
-both the name and the id of every topic found.
+UNKNOWN_TOPIC_OR_PARTITION. Deleting needs DELETE on the topic, and a topic given by name
+DESCRIBE too (TOPIC_AUTHORIZATION_FAILED otherwise); DELETE on the CLUSTER grants both for
+every topic, as in Kafka's controller. A refused topic given by id is named in the answer
+only to who may DESCRIBE it, so ids reveal no names. v6 answers carry both the name and the
+id of every topic found.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from typing import Any, NamedTuple
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
-ZERO_UUID = uuid.UUID(int=0)
 _BY_ID_VERSION = 6
 _DISABLED_CODE_VERSION = 3  # before it, deletion being off is INVALID_REQUEST
 
@@ -48,12 +50,19 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     ids = Counter(r.topic_id for r in refs if r.name is None and r.topic_id is not None)
     by_id = ctx.broker.topics_by_id() if ids else {}
     resolved = {r.name if r.topic_id is None else by_id.get(r.topic_id) for r in refs}
-    refused = authz.denied(
-        ctx, AclOperation.DELETE, ResourceType.TOPIC, (n for n in resolved if n is not None)
-    )
+    known = [n for n in resolved if n is not None]
+    if authz.cluster_authorized(ctx, AclOperation.DELETE, quiet=True):
+        refused = hidden = frozenset[str]()
+    else:
+        refused = authz.denied(ctx, AclOperation.DELETE, ResourceType.TOPIC, known)
+        hidden = authz.denied(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, known, quiet=True)
+    # A deletable topic given once by name and once by id: both entries are refused and the
+    # topic stays, as Kafka's controller answers (only when deletable, so no id is revealed).
+    clash = {
+        ctx.broker.topic_id(name) for name, n in names.items() if n == 1 and name not in refused
+    } & {topic_id for topic_id, n in ids.items() if n == 1}
     results = []
     answered: set[_Ref] = set()
-    deleting: set[uuid.UUID] = set()
     for ref in refs:
         if ref in answered:
             continue  # a repeated entry is answered once
@@ -78,19 +87,18 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic with id {topic_id}")
             target: str = name if name is not None else ""
-            if target in refused:
-                if ref.name is None and not _describable(ctx, target):
+            if target in refused or (ref.name is not None and target in hidden):
+                if ref.name is None and target in hidden:
                     name = None  # the id's name stays hidden
                 raise KafkaError(ErrorCode.topic_authorization_failed)
             if ctx.broker.topic_partition_count(target) is None:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{target}'")
             topic_id = ctx.broker.topic_id(target)
-            if topic_id is not None and topic_id in deleting:
+            if topic_id in clash:
                 raise KafkaError(
                     ErrorCode.invalid_request,
                     "The provided topic name maps to an ID that was already supplied.",
                 )
-            deleting.add(topic_id or ZERO_UUID)
             await ctx.broker.delete_topic(target)
             results.append(_result(ctx, name, topic_id, ErrorCode.none, None))
         except KafkaError as exc:
@@ -105,10 +113,6 @@ def _refs(version: int, request: Any) -> list[_Ref]:
         _Ref(t.name, None if t.topic_id in (None, ZERO_UUID) else t.topic_id)
         for t in request.topics
     ]
-
-
-def _describable(ctx: RequestContext, name: str) -> bool:
-    return authz.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name, quiet=True)
 
 
 def _result(

@@ -23,10 +23,10 @@ from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
 MAX_PARTITIONS = 2000  # Kafka's max.request.partition.size.limit
-ZERO_UUID = uuid.UUID(int=0)
 NO_OPERATIONS = -(2**31)
 
 

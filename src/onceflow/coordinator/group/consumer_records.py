@@ -50,6 +50,7 @@ from onceflow.coordinator.group.offsets import (
 from onceflow.coordinator.group.offsets import encode_group_key as encode_classic_group_key
 from onceflow.coordinator.group.reconcile import MemberState, Partitions, Reconciliation
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.topic_ids import ZERO_UUID
 
 CONSUMER_GROUP_KEY_VERSION = 3
 CONSUMER_MEMBER_KEY_VERSION = 5
@@ -88,7 +89,7 @@ def encode_group_value(group: ConsumerGroup) -> bytes:
         _I32.pack(len(group.topics)),
     ]
     for name, (topic_id, count) in sorted(group.topics.items()):
-        parts += [encode_string(name), (topic_id or uuid.UUID(int=0)).bytes, _I32.pack(count)]
+        parts += [encode_string(name), (topic_id or ZERO_UUID).bytes, _I32.pack(count)]
     return b"".join(parts)
 
 

@@ -475,8 +475,13 @@ class TransactionCoordinator:
         )
         if producer_id != meta.producer_id and not rolled_over:
             return InitResult(ErrorCode.invalid_producer_id_mapping)
+        # A retry of an end this API bumped: a fence or a timeout also bumps by one, but
+        # leaves no last epoch, so the fenced instance is never taken for a retry.
         retry = rolled_over or (
-            producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+            producer_id == meta.producer_id
+            and producer_epoch + 1 == meta.producer_epoch
+            and meta.last_producer_epoch == producer_epoch
+            and meta.client_version == 2
         )
         if not _valid_v2_end_epoch(meta.state, producer_epoch == meta.producer_epoch, retry):
             return InitResult(ErrorCode.producer_fenced)
