@@ -335,6 +335,39 @@ def test_the_last_consumer_member_leaving_downgrades_to_a_rebalancing_classic_gr
     assert again is not None and again.consumer is None and list(again.members) == [old_id]
 
 
+def test_a_downgrade_that_could_not_be_written_is_undone_and_done_by_a_later_poll() -> None:
+    h = Mixed()
+    h.join("new")
+    h.classic_join("old")
+    h.classic_sync("old")
+    appends = 0
+    append = h.log.append
+
+    async def the_second_append_fails(*args: Any, **kwargs: Any) -> Any:
+        nonlocal appends
+        appends += 1
+        if appends == 2:  # the leave's tombstone is written, the downgrade is not
+            raise OSError("disk gone")
+        return await append(*args, **kwargs)
+
+    h.log.append = the_second_append_fails  # type: ignore[method-assign]
+    h.hb(HeartbeatRequest("g", "new", -1))
+    assert appends == 2
+    old_id = h.classic_ids["old"]
+    assert set(h.group().members) == {old_id}  # still a consumer group, as in the log
+    restarted = GroupCoordinator(
+        h.log, h.clock, GroupCoordinatorConfig(offsets_topic_num_partitions=3)
+    )
+    run(restarted.load)
+    before = restarted.group("g")
+    assert before is not None and before.consumer is not None
+    assert set(before.consumer.members) == {old_id}
+    run(h.coord.poll)  # the disk is back: the downgrade is tried again
+    group = h.coord.group("g")
+    assert group is not None and group.consumer is None and list(group.members) == [old_id]
+    assert group.state.value == "PreparingRebalance"
+
+
 def test_no_downgrade_when_the_policy_forbids_it_or_consumer_members_remain() -> None:
     for policy in ("disabled", "upgrade"):
         h = Mixed(consumer_migration_policy=policy)

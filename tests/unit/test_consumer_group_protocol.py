@@ -293,6 +293,12 @@ def test_commits_need_the_current_member_epoch() -> None:
         assert txn[tp] is ErrorCode.stale_member_epoch
         txn = await c.txn_offset_commit("tx", "g", 7, 0, "a", epoch, None, entry)
         assert txn[tp] is ErrorCode.none
+        # Without any member fields (TxnOffsetCommit v0-v2, or a producer outside the
+        # group), a transactional commit is not checked: the transaction fences zombies.
+        txn = await c.txn_offset_commit("tx2", "g", 8, 0, "", -1, None, entry)
+        assert txn[tp] is ErrorCode.none
+        txn = await c.txn_offset_commit("tx3", "g", 9, 0, "", -1, "static-1", entry)
+        assert txn[tp] is ErrorCode.unknown_member_id
         fetched = c.fetch_offsets("g", [tp], member_id="a", member_epoch=epoch)
         assert fetched.error is ErrorCode.none and fetched.partitions[tp].offset == 5
         assert c.fetch_offsets("g", [tp], member_id="a", member_epoch=0).error is (
@@ -491,6 +497,80 @@ def test_a_heartbeat_whose_records_cannot_be_written_fails_and_they_are_written_
     restored = reloaded(h).group()
     assert restored.members["a"].client_id == "renamed"
     assert restored.members["b"].client_id == "renamed-too"
+
+
+def test_a_leave_that_could_not_be_written_is_not_undone_by_deleting_the_group() -> None:
+    h = Harness(group_initial_rebalance_delay_ms=0)
+    h.join("a")
+    h.log.fail_with = OSError("disk gone")
+    h.hb(HeartbeatRequest("g", "a", -1))  # left, but its tombstone was not written
+    h.log.fail_with = None
+    assert run(lambda: h.coord.delete_groups(["g"]))["g"] is ErrorCode.none
+    h.join("z")
+    assert set(reloaded(h).group().members) == {"z"}
+
+
+def test_a_change_of_protocol_that_could_not_be_written_leaves_the_group_as_it_was() -> None:
+    h = Harness(group_initial_rebalance_delay_ms=0)
+    h.join("a")
+    h.hb(HeartbeatRequest("g", "a", -1))
+    h.log.fail_with = OSError("disk gone")
+    joined = run(
+        lambda: h.coord.join_group(
+            "g",
+            "",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+        )
+    )
+    assert joined.error is ErrorCode.not_coordinator  # the client finds its coordinator again
+    group = h.coord.group("g")
+    assert group is not None and group.consumer is not None and not group.members
+
+
+def test_an_emptied_classic_groups_late_record_is_not_written_after_its_upgrade() -> None:
+    h = Harness(group_initial_rebalance_delay_ms=0)
+
+    async def body() -> None:
+        c = h.coord
+        joined = await c.join_group(
+            "g",
+            "",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+        )
+        assert joined.error is ErrorCode.none
+        group = c.group("g")
+        assert group is not None
+        h.clock.advance(10_001)
+        # The member expires: the emptied group's record waits for the next flush ...
+        c._rebalancer.expire(group)
+        assert group.state.value == "Empty"
+        # ... and a consumer-protocol member comes first, making it a consumer group.
+        assert (
+            await c.consumer_group_heartbeat(
+                HeartbeatRequest(
+                    "g",
+                    "a",
+                    0,
+                    rebalance_timeout_ms=5_000,
+                    subscribed_topic_names=("t",),
+                    owned=frozenset(),
+                )
+            )
+        ).error is ErrorCode.none
+        written = {p: len(batches) for p, batches in h.log.batches.items()}
+        await c._rebalancer.flush()
+        # Not written behind the classic record's tombstone, where it would bring the
+        # classic group back beside the consumer group.
+        assert {p: len(batches) for p, batches in h.log.batches.items()} == written
+
+    run(body)
+    assert set(reloaded(h).group().members) == {"a"}
 
 
 def test_a_regex_subscription_follows_the_topics() -> None:

@@ -145,3 +145,14 @@ def to_classic_group(group: GroupMetadata, now_ms: int) -> list[tuple[bytes, byt
         (encode_group_key(group.group_id), encode_group_value(group.to_record(assignments)))
     )
     return records
+
+
+def undo_classic_group(
+    group: GroupMetadata, consumer: ConsumerGroup, generation: int, now_ms: int
+) -> None:
+    """`to_classic_group`'s records were not written: the consumer group is back as it
+    was, and tries again later (memory never runs ahead of the log)."""
+    _end_classic(group, now_ms)
+    group.generation_id = generation
+    group.consumer = consumer
+    consumer.consumer_member_left = True

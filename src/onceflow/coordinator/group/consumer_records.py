@@ -160,9 +160,12 @@ def change_records(
 
 
 def tombstones(group_id: str, group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
-    """Deletes the group's consumer-protocol records (it is deleted, or turns classic)."""
+    """Deletes the group's consumer-protocol records (it is deleted, or turns classic):
+    its members', and those of members gone since the last write (a leave whose tombstone
+    failed to append would otherwise come back as a member on reload)."""
+    gone = set(group.members) | group.changed_members
     records: list[tuple[bytes, bytes | None]] = [(encode_group_key(group_id), None)]
-    records += [(encode_member_key(group_id, m), None) for m in sorted(group.members)]
+    records += [(encode_member_key(group_id, m), None) for m in sorted(gone)]
     return records
 
 

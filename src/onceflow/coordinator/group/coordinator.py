@@ -31,7 +31,11 @@ from typing import Any
 from onceflow.clock import Clock
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.consumer_classic import ClassicJoin, ClassicMembers
-from onceflow.coordinator.group.consumer_conversion import can_downgrade, to_classic_group
+from onceflow.coordinator.group.consumer_conversion import (
+    can_downgrade,
+    to_classic_group,
+    undo_classic_group,
+)
 from onceflow.coordinator.group.consumer_group import ConsumerGroup
 from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
 from onceflow.coordinator.group.consumer_protocol import (
@@ -252,8 +256,8 @@ class GroupCoordinator:
                 self._rebalancer.expire(group)
                 if group.consumer is not None:
                     self._consumers.expire(group.group_id, group.consumer)
-                    await self._write_consumer_changes(group.group_id)
-                    await self._maybe_downgrade(group.group_id)
+                    if await self._write_consumer_changes(group.group_id) is None:
+                        await self._maybe_downgrade(group.group_id)
         now = self._clock.monotonic_ms()
         if self._next_retention_check_ms is not None and now >= self._next_retention_check_ms:
             self._next_retention_check_ms = now + self.config.offsets_retention_check_interval_ms
@@ -350,11 +354,13 @@ class GroupCoordinator:
         group = self._manager.get(group_id)
         if group is None or group.consumer is None:
             return None
-        records = tombstones(group_id, group.consumer)
+        consumer = group.consumer
         group.consumer = None
         try:
-            await self._manager.append_records(group_id, records)
+            await self._manager.append_records(group_id, tombstones(group_id, consumer))
         except Exception as exc:
+            if group.consumer is None and not group.members:  # nobody joined meanwhile
+                group.consumer = consumer
             return append_error(exc, offsets=False)
         return None
 
@@ -367,7 +373,9 @@ class GroupCoordinator:
             return HeartbeatResult(error, None, request.member_id or None)
         result = self._consumers.heartbeat(request)
         failed = await self._write_consumer_changes(request.group_id)
-        if failed is not None and result.error is ErrorCode.none:
+        if failed is not None:
+            if result.error is not ErrorCode.none:
+                return result
             return HeartbeatResult(failed, None, request.member_id or None)
         await self._maybe_downgrade(request.group_id)
         return result
@@ -381,16 +389,17 @@ class GroupCoordinator:
         group.consumer.consumer_member_left = False
         if not can_downgrade(group.consumer, self.config):
             return
+        consumer, generation = group.consumer, group.generation_id
         records = to_classic_group(group, self._clock.now_ms())
-        log.info("group %s: downgraded from consumer to classic", group_id)
-        for member in group.members.values():
-            self._rebalancer.schedule_heartbeat(member)
         try:
             await self._manager.append_records(group_id, records)
         except Exception as exc:
-            # Memory is ahead of the log: the rebalance writes the classic record again, but
-            # the consumer group's records stay until the group is deleted (a known gap).
             log.warning("group %s: the downgrade's records were not written: %s", group_id, exc)
+            undo_classic_group(group, consumer, generation, self._clock.now_ms())
+            return
+        log.info("group %s: downgraded from consumer to classic", group_id)
+        for member in group.members.values():
+            self._rebalancer.schedule_heartbeat(member)
         if group.is_(_S):
             self._rebalancer.prepare_rebalance(group)
 
@@ -654,7 +663,12 @@ class GroupCoordinator:
         if group is None:
             group = self._manager.add(GroupMetadata(group_id, self._clock.now_ms()))
         if group.consumer is not None:
-            error = _validate_consumer_commit(group.consumer, member_id, generation_id)
+            anonymous = generation_id < 0 and not member_id and group_instance_id is None
+            error = (
+                None
+                if anonymous
+                else _validate_consumer_commit(group.consumer, member_id, generation_id)
+            )
         else:
             error = _validate_txn_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:

@@ -214,8 +214,15 @@ class Rebalancer:
             for group, record in pending:
                 # Not for a group whose partition was unloaded meanwhile: its record could
                 # land behind a reload's back (or in a partition another broker leads).
-                # Nor for one deleted meanwhile: the record would undo its tombstone.
-                if self._manager.is_current(group) and not group.is_(GroupState.DEAD):
+                # Nor for one deleted, or turned into a consumer group, meanwhile: the record
+                # would undo its tombstone. Nor once a later generation has its own record.
+                current = (
+                    self._manager.is_current(group)
+                    and not group.is_(GroupState.DEAD)
+                    and group.consumer is None
+                    and group.generation_id == record.generation
+                )
+                if current:
                     await self._manager.store_group_record(group.group_id, record)
 
     def close(self, group: GroupMetadata) -> None:
