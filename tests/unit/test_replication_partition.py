@@ -153,6 +153,27 @@ def test_a_waiter_whose_request_is_gone_fails_without_a_lost_exception_log() -> 
     assert asyncio.run(scenario()) == []
 
 
+def test_a_waiter_failed_after_the_loop_stopped_is_not_a_lost_exception() -> None:
+    # A broker's shutdown closes its partitions once the loop has stopped: the done
+    # callbacks never run, and the failed waiter must still not be logged as lost.
+    loop = asyncio.new_event_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    partition, _ = make()
+
+    async def lead_and_wait() -> asyncio.Future[None]:
+        lead(partition, isr=(1, 2))
+        return partition.wait_replicated(append(partition.log))
+
+    waiter = loop.run_until_complete(lead_and_wait())
+    partition.close()
+    assert waiter.done()
+    del waiter
+    loop.close()
+    gc.collect()
+    assert reported == []
+
+
 def test_min_insync_replicas_is_checked_against_the_isr() -> None:
     partition, _ = make()
     lead(partition, isr=(1,))

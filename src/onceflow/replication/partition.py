@@ -22,7 +22,6 @@ import enum
 import uuid
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
@@ -221,7 +220,6 @@ class Partition:
         """Done with the low watermark once it reaches `offset`; fails with Kafka's error
         if this replica stops leading first. Cancel it to stop waiting."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_retrieve)
         self._start_waiters = [(o, f) for o, f in self._start_waiters if not f.done()]
         self._start_waiters.append((offset, fut))
         self.check_low_watermark(alive)
@@ -261,9 +259,6 @@ class Partition:
         """Done once the high watermark is past last_offset; fails with Kafka's error if
         this replica stops leading first."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # Its request may have timed out and gone before a demotion fails it: the error
-        # is then nobody's to see, and must not be logged as a lost exception.
-        fut.add_done_callback(_retrieve)
         if self.log.high_watermark > last_offset:
             fut.set_result(None)
         else:
@@ -290,11 +285,9 @@ class Partition:
         for fut in [f for _, f in waiters] + [f for _, f in starts]:
             if not fut.done():
                 fut.set_exception(KafkaError(code, f"{self.log.name} is no longer led here"))
+                # Its request may have timed out and gone (or the loop stopped, at shutdown):
+                # the error is then nobody's to see, and must not be logged as lost.
+                fut.exception()
 
     def close(self) -> None:
         self._fail_waiters(ErrorCode.not_leader_or_follower)
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
