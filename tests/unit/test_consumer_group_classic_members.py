@@ -212,6 +212,23 @@ def test_leave_group_removes_a_classic_member() -> None:
     assert [m.error for m in again.members] == [ErrorCode.unknown_member_id]
 
 
+def test_leave_group_by_instance_id_removes_any_static_member() -> None:
+    # kafka-consumer-groups --delete --members / AdminClient.remove_members_from_consumer_group
+    # removes static members by instance id, whatever protocol they use.
+    h = Mixed()
+    h.join("new", instance_id="i-new")
+    h.classic_join("old")
+    h.classic_sync("old")
+    by_member_id = run(lambda: h.coord.leave_group("g", [("new", None)]))
+    assert [m.error for m in by_member_id.members] == [ErrorCode.unknown_member_id]
+    removed = run(lambda: h.coord.leave_group("g", [("", "i-new")]))
+    assert [m.error for m in removed.members] == [ErrorCode.none]
+    # Its last KIP-848 member gone, the group of classic members turns classic.
+    group = h.coord.group("g")
+    assert group is not None and group.consumer is None
+    assert list(group.members) == [h.classic_ids["old"]]
+
+
 def test_classic_members_come_back_from_the_log() -> None:
     h = Mixed()
     h.join("new")

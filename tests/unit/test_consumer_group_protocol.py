@@ -246,6 +246,28 @@ def test_v0_lets_the_coordinator_make_the_member_id() -> None:
     assert result.error is ErrorCode.none and result.member_id
 
 
+def test_a_v0_join_that_could_not_be_written_leaves_no_member_behind() -> None:
+    h = Harness()
+    h.join("a")
+    request = HeartbeatRequest(
+        "g",
+        "",
+        0,
+        rebalance_timeout_ms=5_000,
+        subscribed_topic_names=("t",),
+        owned=frozenset(),
+        api_version=0,
+    )
+    h.log.fail_with = OSError("disk gone")
+    assert h.hb(request).error is ErrorCode.not_coordinator
+    assert set(h.group().members) == {"a"}  # the id it was given never reached the client
+    h.log.fail_with = None
+    retried = h.hb(request)
+    assert retried.error is ErrorCode.none
+    assert set(h.group().members) == {"a", retried.member_id}
+    assert set(reloaded(h).group().members) == {"a", retried.member_id}
+
+
 def test_member_epochs_are_fenced_as_kafka_fences_them() -> None:
     h = Harness()
     h.join("a")

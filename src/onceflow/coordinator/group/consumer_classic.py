@@ -151,19 +151,22 @@ class ClassicMembers:
         return ErrorCode.none
 
     def leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ErrorCode:
-        """A LeaveGroup member; by instance id alone (no member id) an admin's removal."""
+        """A LeaveGroup member: a classic member by its member id, or any static member
+        by its instance id (an admin's removal, as Kafka allows for KIP-848 members too)."""
         member: ConsumerMember | None
         if instance_id is None:
             member = group.members.get(member_id)
+            if member is not None and member.classic is None:
+                return ErrorCode.unknown_member_id
         else:
             static_id = group.static_members.get(instance_id)
             member = group.members.get(static_id) if static_id is not None else None
             if member is not None and member_id not in (NO_MEMBER_ID, member.member_id):
                 return ErrorCode.fenced_instance_id
-        if member is None or member.classic is None:
+        if member is None:
             return ErrorCode.unknown_member_id
         group.remove(member.member_id)
-        log.info("consumer group: classic member %s left", member.member_id)
+        log.info("consumer group: member %s left (LeaveGroup)", member.member_id)
         return ErrorCode.none
 
     def _member(

@@ -44,25 +44,19 @@ class MalformedProtocol(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    version: int
     topics: tuple[str, ...]
     owned: frozenset[TopicPartition]
     rack_id: str | None
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    version = _version(data)
-    module = _SUBSCRIPTIONS[min(version, len(_SUBSCRIPTIONS) - 1)]
-    try:
-        body, _ = entity_reader(module.ConsumerProtocolSubscription)(data, _VERSION.size)
-    except Exception as exc:  # kio raises assorted errors on malformed input
-        raise MalformedProtocol(f"malformed ConsumerProtocolSubscription: {exc}") from exc
+    body = _decode(_SUBSCRIPTIONS, "ConsumerProtocolSubscription", data)
     owned = frozenset(
         TopicPartition(tp.topic, int(p))
         for tp in getattr(body, "owned_partitions", ())
         for p in tp.partitions
     )
-    return Subscription(version, tuple(body.topics), owned, getattr(body, "rack_id", None))
+    return Subscription(tuple(body.topics), owned, getattr(body, "rack_id", None))
 
 
 def subscription_version(data: bytes) -> int:
@@ -94,15 +88,21 @@ def decode_assignment(data: bytes) -> frozenset[TopicPartition]:
     """A SyncGroup assignment; empty bytes (a member not yet assigned anything) is none."""
     if not data:
         return frozenset()
-    version = _version(data)
-    module = _ASSIGNMENTS[min(version, len(_ASSIGNMENTS) - 1)]
-    try:
-        body, _ = entity_reader(module.ConsumerProtocolAssignment)(data, _VERSION.size)
-    except Exception as exc:  # kio raises assorted errors on malformed input
-        raise MalformedProtocol(f"malformed ConsumerProtocolAssignment: {exc}") from exc
+    body = _decode(_ASSIGNMENTS, "ConsumerProtocolAssignment", data)
     return frozenset(
         TopicPartition(tp.topic, int(p)) for tp in body.assigned_partitions for p in tp.partitions
     )
+
+
+def _decode(modules: tuple[ModuleType, ...], entity: str, data: bytes) -> Any:
+    """The embedded `entity` read with its own version's schema (a newer one's with the
+    newest known, whose fields it starts with)."""
+    module = modules[min(_version(data), len(modules) - 1)]
+    try:
+        body, _ = entity_reader(getattr(module, entity))(data, _VERSION.size)
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise MalformedProtocol(f"malformed {entity}: {exc}") from exc
+    return body
 
 
 def _version(data: bytes) -> int:

@@ -35,16 +35,10 @@ def member_for(
     new_uuid: Callable[[], str],
 ) -> ConsumerMember | HeartbeatResult:
     """The member a (non-leaving) heartbeat is from, made when it joins; else the error."""
-    member = group.members.get(request.member_id)
     if request.member_epoch != JOIN_EPOCH:
-        if request.instance_id is not None:
-            static = _static(group, request)
-            if isinstance(static, HeartbeatResult):
-                return static
-            member = static
-        if member is None:
-            return _unknown(request)
-        return _check_epoch(member, request)
+        known = _known(group, request)
+        return known if isinstance(known, HeartbeatResult) else _check_epoch(known, request)
+    member = group.members.get(request.member_id)
     if member is None and len(group.members) >= max_size:
         return failure(
             request,
@@ -68,16 +62,22 @@ def member_for(
     return member
 
 
-def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
-    """Epoch -1 removes the member; -2 (a static member's) keeps its place for its session."""
+def _known(group: ConsumerGroup, request: HeartbeatRequest) -> ConsumerMember | HeartbeatResult:
+    """The member a heartbeat names (by its instance id, if static); else the error."""
     member = group.members.get(request.member_id)
     if request.instance_id is not None:
         static = _static(group, request)
         if isinstance(static, HeartbeatResult):
             return static
         member = static
-    if member is None:
-        return _unknown(request)
+    return _unknown(request) if member is None else member
+
+
+def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
+    """Epoch -1 removes the member; -2 (a static member's) keeps its place for its session."""
+    member = _known(group, request)
+    if isinstance(member, HeartbeatResult):
+        return member
     if request.member_epoch == LEAVE_STATIC_EPOCH:
         recon = dataclasses.replace(member.recon, epoch=LEAVE_STATIC_EPOCH)
         group.set_reconciliation(member, recon)

@@ -49,7 +49,7 @@ def invalid_request(request: HeartbeatRequest, assignors: Sequence[str]) -> Hear
     """Kafka's checks of the request alone, with its messages; None when it is valid."""
 
     def fail(message: str, error: ErrorCode = ErrorCode.invalid_request) -> HeartbeatResult:
-        return HeartbeatResult(error, message, request.member_id or None)
+        return failure(request, error, message)
 
     if not request.group_id:
         return fail("GroupId can't be empty.")

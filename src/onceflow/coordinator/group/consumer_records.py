@@ -43,13 +43,13 @@ from onceflow.coordinator.group.consumer_group import (
 from onceflow.coordinator.group.offsets import (
     RecordReader,
     TopicPartition,
+    corrupt,
     encode_bytes,
     encode_nullable_string,
     encode_string,
 )
 from onceflow.coordinator.group.offsets import encode_group_key as encode_classic_group_key
 from onceflow.coordinator.group.reconcile import MemberState, Partitions, Reconciliation
-from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.topic_ids import ZERO_UUID
 
 CONSUMER_GROUP_KEY_VERSION = 3
@@ -215,7 +215,7 @@ def decode_member_value(member_id: str, data: bytes) -> MemberRecord:
     member.server_assignor = reader.nullable_string()
     state = reader.i8()
     if not 0 <= state < len(_STATES):
-        raise _corrupt(f"member state {state}")
+        raise corrupt(f"member state {state}")
     epoch, previous = reader.i32(), reader.i32()
     assigned, revoking, target = (_read_partitions(reader) for _ in range(3))
     member.recon = Reconciliation(_STATES[state], epoch, previous, assigned, revoking)
@@ -236,14 +236,10 @@ def _read_partitions(reader: RecordReader) -> Partitions:
 
 def _count(n: int) -> int:
     if n < 0:
-        raise _corrupt(f"negative count {n}")
+        raise corrupt(f"negative count {n}")
     return n
 
 
 def _check_version(version: int, what: str, newest: int = _VALUE_VERSION) -> None:
     if not _VALUE_VERSION <= version <= newest:
-        raise _corrupt(f"{what} value version {version} is not supported")
-
-
-def _corrupt(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.corrupt_message, f"__consumer_offsets record: {message}")
+        raise corrupt(f"{what} value version {version} is not supported")

@@ -371,14 +371,30 @@ class GroupCoordinator:
         error = self.coordinator_error(request.group_id) if request.group_id else ErrorCode.none
         if error is not ErrorCode.none:
             return HeartbeatResult(error, None, request.member_id or None)
+        before = self._manager.get(request.group_id)
+        known = (
+            before is not None
+            and before.consumer is not None
+            and (request.member_id in before.consumer.members)
+        )
         result = self._consumers.heartbeat(request)
         failed = await self._write_consumer_changes(request.group_id)
         if failed is not None:
             if result.error is not ErrorCode.none:
                 return result
+            if not known and result.member_id is not None:
+                self._forget_new_member(request.group_id, result.member_id)
             return HeartbeatResult(failed, None, request.member_id or None)
         await self._maybe_downgrade(request.group_id)
         return result
+
+    def _forget_new_member(self, group_id: str, member_id: str) -> None:
+        """A join whose records were not written: its client never learns the member id
+        (v0 has the coordinator make it), so the member goes rather than hold partitions
+        until its session ends. Its tombstone goes with the next write."""
+        group = self._manager.get(group_id)
+        if group is not None and group.consumer is not None:
+            group.consumer.remove(member_id)
 
     async def _maybe_downgrade(self, group_id: str) -> None:
         """After a KIP-848 member went: a group of classic members only turns classic and
@@ -565,7 +581,10 @@ class GroupCoordinator:
                 for m, i in members
             )
             failed = await self._write_consumer_changes(group_id)
-            return LeaveResult(ErrorCode.none, left) if failed is None else LeaveResult(failed)
+            if failed is not None:
+                return LeaveResult(failed)
+            await self._maybe_downgrade(group_id)
+            return LeaveResult(ErrorCode.none, left)
         results = tuple(LeaveMemberResult(m, i, self._leave_one(group, m, i)) for m, i in members)
         await self._rebalancer.flush()
         return LeaveResult(ErrorCode.none, results)

@@ -200,7 +200,8 @@ def encode_group_value(value: GroupRecord) -> bytes:
 # ---------------------------------------------------------------- reading
 
 
-def _corrupt(message: str) -> KafkaError:
+def corrupt(message: str) -> KafkaError:
+    """An unreadable __consumer_offsets record (a CORRUPT_MESSAGE)."""
     return KafkaError(ErrorCode.corrupt_message, f"__consumer_offsets record: {message}")
 
 
@@ -214,7 +215,7 @@ class RecordReader:
     def _take(self, size: int) -> bytes:
         end = self._pos + size
         if size < 0 or end > len(self._data):
-            raise _corrupt(f"needs {size} bytes at {self._pos} of {len(self._data)}")
+            raise corrupt(f"needs {size} bytes at {self._pos} of {len(self._data)}")
         chunk = self._data[self._pos : end]
         self._pos = end
         return chunk
@@ -241,12 +242,12 @@ class RecordReader:
         try:
             return self._take(size).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _corrupt(f"string is not UTF-8: {exc}") from exc
+            raise corrupt(f"string is not UTF-8: {exc}") from exc
 
     def string(self) -> str:
         value = self.nullable_string()
         if value is None:
-            raise _corrupt("null where a string is required")
+            raise corrupt("null where a string is required")
         return value
 
     def bytes_(self) -> bytes:
@@ -273,7 +274,7 @@ def decode_offset_value(data: bytes) -> OffsetAndMetadata:
     reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
-        raise _corrupt(f"offset commit value version {version} is not supported")
+        raise corrupt(f"offset commit value version {version} is not supported")
     offset = reader.i64()
     leader_epoch = reader.i32() if version >= 3 else NO_LEADER_EPOCH
     metadata = reader.string()
@@ -288,7 +289,7 @@ def decode_group_value(data: bytes) -> GroupRecord:
     reader = RecordReader(data)
     version = reader.i16()
     if version not in (0, 1, 2, 3):
-        raise _corrupt(f"group metadata value version {version} is not supported")
+        raise corrupt(f"group metadata value version {version} is not supported")
     protocol_type = reader.string()
     generation = reader.i32()
     protocol = reader.nullable_string()
@@ -296,7 +297,7 @@ def decode_group_value(data: bytes) -> GroupRecord:
     state_ts = reader.i64() if version >= 2 else NO_TIMESTAMP
     count = reader.i32()
     if count < 0:
-        raise _corrupt(f"negative member count {count}")
+        raise corrupt(f"negative member count {count}")
     members = []
     for _ in range(count):
         member_id = reader.string()
