@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import cluster, disk, recovery, scaling, security
+from benchmarks import cluster, disk, recovery, scaling, security, tls_records
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
@@ -181,7 +181,8 @@ def throughput(plan: Plan, broker: OnceflowBroker, mock: str, out: dict[str, flo
 
 def security_section(plan: Plan, out: dict[str, float]) -> None:
     """Figure 9: 1 KiB produce and read_committed consume over SASL_SSL (SCRAM-SHA-256)
-    against PLAINTEXT on one broker, and over SASL_SSL on a broker with ACLs on."""
+    against PLAINTEXT on one broker, and over SASL_SSL on a broker with ACLs on; and the
+    TLS decryption cost of the produce requests' record sizes."""
     runs = security.security_runs(
         plan.messages,
         groups=max(plan.repeat, plan.produce_repeat),
@@ -189,6 +190,8 @@ def security_section(plan: Plan, out: dict[str, float]) -> None:
         settle_seconds=plan.settle_seconds,
     )
     out.update(security.figures(runs, plan.messages))
+    # What the broker's TLS receive pays for the record sizes librdkafka sends (CPU only).
+    out.update(tls_records.decrypt_figures(rounds=max(3, plan.repeat)))
 
 
 def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:

@@ -33,6 +33,8 @@ FIGURES = (
     "security_produce_1024B_sasl_ssl_ratio_to_plaintext",
     "security_produce_1024B_acls_ratio_to_plaintext",
     "security_consume_1024B_sasl_ssl_ratio_to_plaintext",
+    "security_tls_decrypt_librdkafka_produce_ms_per_MB",
+    "security_tls_decrypt_librdkafka_produce_ratio_to_full_records",
 )
 
 

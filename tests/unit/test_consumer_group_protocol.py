@@ -15,6 +15,7 @@ from onceflow.coordinator.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     InMemoryOffsetsLog,
+    JoinResult,
     OffsetCommitEntry,
     TopicPartition,
 )
@@ -73,6 +74,17 @@ class Harness:
         fields.update(kw)
         request = HeartbeatRequest("g", member, self.epochs.get(member, 0), **fields)
         return self._apply(member, self.hb(request))
+
+    async def join_classic(self) -> JoinResult:
+        """A new member's classic JoinGroup (v3: no member id needed first)."""
+        return await self.coord.join_group(
+            "g",
+            "",
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+        )
 
     def _apply(self, member: str, result: HeartbeatResult) -> HeartbeatResult:
         if result.error is ErrorCode.none:
@@ -231,17 +243,21 @@ def test_a_regex_that_would_backtrack_for_ever_is_matched_in_linear_time() -> No
     assert result.error is ErrorCode.none
 
 
+# A v0 first heartbeat: no member id, the coordinator makes one.
+V0_JOIN = HeartbeatRequest(
+    "g",
+    "",
+    0,
+    rebalance_timeout_ms=5_000,
+    subscribed_topic_names=("t",),
+    owned=frozenset(),
+    api_version=0,
+)
+
+
 def test_v0_lets_the_coordinator_make_the_member_id() -> None:
     h = Harness()
-    request = HeartbeatRequest(
-        "g",
-        "",
-        0,
-        rebalance_timeout_ms=5_000,
-        subscribed_topic_names=("t",),
-        owned=frozenset(),
-        api_version=0,
-    )
+    request = V0_JOIN
     result = h.hb(request)
     assert result.error is ErrorCode.none and result.member_id
 
@@ -249,15 +265,7 @@ def test_v0_lets_the_coordinator_make_the_member_id() -> None:
 def test_a_v0_join_that_could_not_be_written_leaves_no_member_behind() -> None:
     h = Harness()
     h.join("a")
-    request = HeartbeatRequest(
-        "g",
-        "",
-        0,
-        rebalance_timeout_ms=5_000,
-        subscribed_topic_names=("t",),
-        owned=frozenset(),
-        api_version=0,
-    )
+    request = V0_JOIN
     h.log.fail_with = OSError("disk gone")
     assert h.hb(request).error is ErrorCode.not_coordinator
     assert set(h.group().members) == {"a"}  # the id it was given never reached the client
@@ -348,14 +356,7 @@ def test_listing_describing_and_the_classic_protocol() -> None:
         assert (overview.group_type, overview.protocol_type) == ("consumer", "consumer")
         assert c.describe_group("g").state == "Dead"  # not a classic group
         assert c.consumer_group("g")[0] is ErrorCode.none
-        join = await c.join_group(
-            "g",
-            "",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        join = await h.join_classic()
         # Its metadata is no ConsumerProtocolSubscription (test_consumer_group_classic_members
         # has classic members that join).
         assert join.error is ErrorCode.inconsistent_group_protocol
@@ -371,14 +372,7 @@ def test_an_empty_group_changes_protocol_both_ways() -> None:
 
     async def body() -> None:
         c = h.coord
-        join = await c.join_group(
-            "g",
-            "",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        join = await h.join_classic()
         assert join.error is ErrorCode.none  # an empty consumer group became classic
         group = c.group("g")
         assert group is not None and group.consumer is None
@@ -486,14 +480,7 @@ def test_leaving_deleting_and_changing_protocol_are_durable() -> None:
     assert reloaded(h).group().members == {}
 
     async def to_classic() -> None:
-        join = await h.coord.join_group(
-            "g",
-            "",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        join = await h.join_classic()
         assert join.error is ErrorCode.none
 
     run(to_classic)
@@ -537,16 +524,7 @@ def test_a_change_of_protocol_that_could_not_be_written_leaves_the_group_as_it_w
     h.join("a")
     h.hb(HeartbeatRequest("g", "a", -1))
     h.log.fail_with = OSError("disk gone")
-    joined = run(
-        lambda: h.coord.join_group(
-            "g",
-            "",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
-    )
+    joined = run(h.join_classic)
     assert joined.error is ErrorCode.not_coordinator  # the client finds its coordinator again
     group = h.coord.group("g")
     assert group is not None and group.consumer is not None and not group.members
@@ -557,14 +535,7 @@ def test_an_emptied_classic_groups_late_record_is_not_written_after_its_upgrade(
 
     async def body() -> None:
         c = h.coord
-        joined = await c.join_group(
-            "g",
-            "",
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-        )
+        joined = await h.join_classic()
         assert joined.error is ErrorCode.none
         group = c.group("g")
         assert group is not None
