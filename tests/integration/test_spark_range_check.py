@@ -4,9 +4,12 @@ failOnDataLoss=false skip records that still exist."""
 
 from __future__ import annotations
 
-from typing import Any
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.spark import reader
 from onceflow.spark.reader import KafkaMetadata, KafkaRange, PartitionGone
@@ -23,6 +26,50 @@ def test_list_offsets_of_a_deleted_topic_is_partition_gone(shared_broker: Broker
             meta.earliest([("range-check-never-created", 0)])
     finally:
         meta.close()
+
+
+class _LeaderlessAdmin:
+    """An AdminClient for one partition "t"-0 whose ListOffsets fails `failures` times as
+    librdkafka fails it while the partition has no leader (its broker died, the controller
+    has not yet elected another): _NOENT, "no leaders found"."""
+
+    failures: ClassVar[int] = 2
+    calls: ClassVar[int] = 0
+
+    def __init__(self, _conf: Any) -> None:
+        pass
+
+    def poll(self, _timeout: float = -1) -> int:
+        return 0
+
+    def list_topics(self, _topic: str | None = None, timeout: float = -1) -> Any:
+        partition = SimpleNamespace(leader=-1)
+        return SimpleNamespace(topics={"t": SimpleNamespace(error=None, partitions={0: partition})})
+
+    def list_offsets(self, requests: dict[Any, Any], **_kwargs: Any) -> dict[Any, Future[Any]]:
+        type(self).calls += 1
+        answer: Future[Any] = Future()
+        if type(self).calls <= self.failures:
+            no_leader = KafkaError(
+                KafkaError._NOENT, "Failed to query partition leaders: No leaders found"
+            )
+            answer.set_exception(KafkaException(no_leader))
+        else:
+            answer.set_result(SimpleNamespace(offset=7))
+        return dict.fromkeys(requests, answer)
+
+
+def test_list_offsets_waits_out_a_partition_without_a_leader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen in the Spark pipeline test on a cluster: a broker killed, its partitions leaderless
+    # for the ~12 s until the controller notices; every task attempt failed at once.
+    monkeypatch.setattr(reader, "AdminClient", _LeaderlessAdmin)
+    monkeypatch.setattr(_LeaderlessAdmin, "calls", 0)
+    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
+    assert meta.earliest([("t", 0)]) == {("t", 0): 7}
+    assert _LeaderlessAdmin.calls == 3
 
 
 class _Meta:

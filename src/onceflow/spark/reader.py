@@ -348,12 +348,15 @@ class KafkaMetadata:
                 err = exc.args[0] if exc.args else None
                 code = err.code() if isinstance(err, KafkaError) else None
                 self._raise_if_denied(err, f"ListOffsets of {_names(keys)}")
-                # A leader moving (a broker died or shut down, on a cluster) is waited out
-                # until the deadline; librdkafka's admin client does not call it retriable.
-                moving = code in LEADER_MOVING and time.monotonic() < deadline
-                retriable = isinstance(err, KafkaError) and err.retriable()
                 if code in PARTITION_GONE or (code == KafkaError._NOENT and self._gone(keys)):
                     raise PartitionGone(f"ListOffsets of {_names(keys)}: {exc}") from exc
+                # A leader moving (a broker died or shut down, on a cluster) is waited out
+                # until the deadline; librdkafka's admin client does not call it retriable.
+                # Its "no leaders found" (_NOENT) for a partition that still exists is one:
+                # the partition has no leader until the controller elects another.
+                leaderless = code in LEADER_MOVING or code == KafkaError._NOENT
+                moving = leaderless and time.monotonic() < deadline
+                retriable = isinstance(err, KafkaError) and err.retriable()
                 if not moving and (not retriable or attempt >= LIST_OFFSETS_ATTEMPTS):
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
                 self.close()  # a new client asks the cluster afresh who leads
