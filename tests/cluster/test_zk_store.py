@@ -82,8 +82,10 @@ def test_a_broker_is_registered_while_its_session_lives(zk: ZooKeeperEnsemble) -
     b.register_broker(registration(2))
     assert sorted(watcher.live_brokers()) == [1, 2]
     assert watcher.live_brokers()[2] == registration(2)
+    duplicate = store(connect)
     with pytest.raises(DuplicateBroker, match=r"broker\.id 1 is already registered"):
-        store(connect).register_broker(registration(1))
+        duplicate.register_broker(registration(1))
+    duplicate.close()  # else its client reconnects for ever once ZooKeeper stops
     a.close()
     assert sorted(watcher.live_brokers()) == [2]
     b.close()

@@ -174,6 +174,26 @@ def test_a_waiter_failed_after_the_loop_stopped_is_not_a_lost_exception() -> Non
     assert reported == []
 
 
+def test_an_acks_all_answer_whose_request_is_gone_is_not_a_lost_exception() -> None:
+    from onceflow.broker.broker import replication_answer
+
+    # The producer's connection closed (or the broker is shutting down): nobody awaits the
+    # answer when a demotion fails it, and asyncio must not log its error as lost.
+    async def scenario() -> list[dict[str, object]]:
+        reported: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        partition, _ = make()
+        lead(partition, isr=(1, 2))
+        replication_answer(partition, append(partition.log), timeout_ms=0)
+        partition.close()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        return reported
+
+    assert asyncio.run(scenario()) == []
+
+
 def test_min_insync_replicas_is_checked_against_the_isr() -> None:
     partition, _ = make()
     lead(partition, isr=(1,))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -183,6 +184,28 @@ def test_an_fsync_error_takes_the_log_offline_fails_its_waiters_and_keeps_the_hw
         await flusher.close()
 
     asyncio.run(main())
+
+
+def test_a_failed_wait_whose_request_is_gone_is_not_a_lost_exception() -> None:
+    # The producer left before its fsync failed: nobody awaits the future, and asyncio
+    # must not log its error as lost (a broker's log would show an internal error).
+    async def main() -> list[dict[str, object]]:
+        reported: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        fs = FailingFsyncFS()
+        plog = open_log(fs)
+        fs.broken = True
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        flusher.durable(plog, append(plog))
+        await flusher.barrier()
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        await flusher.close()
+        gc.collect()
+        return reported
+
+    assert asyncio.run(main()) == []
 
 
 def test_close_waits_for_a_running_round() -> None:

@@ -1017,6 +1017,12 @@ def replication_answer(
     answer: asyncio.Future[None] = loop.create_future()
     inner = partition.wait_replicated(last_offset)
 
+    def fail(exc: BaseException) -> None:
+        answer.set_exception(exc)
+        # Its request may be gone (the client left, the broker is shutting down): nobody
+        # would read the error, and asyncio would log it as lost. A waiter still gets it.
+        answer.exception()
+
     def replicated(done: asyncio.Future[None]) -> None:
         if done.cancelled():
             return  # timed out: the answer went already
@@ -1024,9 +1030,9 @@ def replication_answer(
         if answer.done():
             return
         if exc is not None:
-            answer.set_exception(exc)
+            fail(exc)
         elif len(partition.isr) < partition.min_insync_replicas:
-            answer.set_exception(
+            fail(
                 KafkaError(
                     ErrorCode.not_enough_replicas_after_append,
                     f"{partition.log.name}: the ISR shrank below min.insync.replicas",
@@ -1037,9 +1043,7 @@ def replication_answer(
 
     def timed_out() -> None:
         if not answer.done():
-            answer.set_exception(
-                KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
-            )
+            fail(KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated"))
         inner.cancel()  # the partition drops cancelled waiters
 
     inner.add_done_callback(replicated)

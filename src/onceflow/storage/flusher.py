@@ -75,7 +75,7 @@ class GroupCommitFlusher:
             fut.set_result(None)
             return fut
         if plog.offline is not None:
-            fut.set_exception(plog.offline_error())
+            _fail(fut, plog.offline_error())
             return fut
         self._waiters.append((plog, offset, fut))
         self.mark(plog)
@@ -167,12 +167,19 @@ class GroupCommitFlusher:
             if plog.flushed_offset > offset or plog.deleted:
                 fut.set_result(None)
             elif plog.offline is not None:
-                fut.set_exception(plog.offline_error())
+                _fail(fut, plog.offline_error())
             elif not plog.has_unflushed:
-                fut.set_exception(RuntimeError(f"{plog.name}: offset {offset} was never appended"))
+                _fail(fut, RuntimeError(f"{plog.name}: offset {offset} was never appended"))
             else:
                 waiting.append((plog, offset, fut))
                 self._dirty[id(plog)] = plog
         self._waiters = waiting
         if waiting:
             self._schedule()
+
+
+def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
+    """Fail a durability wait. Its produce request may be gone (the client left): nobody
+    would read the error and asyncio would log it as lost; a waiter still gets it."""
+    fut.set_exception(exc)
+    fut.exception()
