@@ -7,6 +7,9 @@ generates it from Kafka's own error table, retriable flags included.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
 __all__ = ["ErrorCode", "KafkaError", "ProtocolError"]
@@ -23,3 +26,11 @@ class KafkaError(Exception):
 
 class ProtocolError(Exception):
     """A request that cannot be parsed. The connection that sent it is closed."""
+
+
+def fail_future(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    """Fail a future whose waiter may be gone (its client left, or the broker is shutting
+    down and its loop stops before done callbacks run): the error is marked seen, so asyncio
+    never logs it as lost, and a waiter that is still there gets it all the same."""
+    fut.set_exception(exc)
+    fut.exception()

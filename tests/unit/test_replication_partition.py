@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -35,6 +36,21 @@ def append(plog: PartitionLog, n: int = 1) -> int:
 
 def lead(partition: Partition, isr: tuple[int, ...] = (1, 2, 3), epoch: int = 0) -> None:
     partition.make_leader(LeaderAndIsr(1, epoch, isr, (1, 2, 3), 0))
+
+
+def lost_exceptions(scenario: Callable[[], Awaitable[None]]) -> list[dict[str, object]]:
+    """What asyncio reports as lost while `scenario` runs and its callbacks settle."""
+
+    async def run() -> list[dict[str, object]]:
+        reported: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        await scenario()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        return reported
+
+    return asyncio.run(run())
 
 
 def test_high_watermark_is_the_lowest_durable_offset_of_the_isr() -> None:
@@ -139,18 +155,13 @@ def test_acks_all_waiters_complete_with_the_high_watermark_or_fail_on_demotion()
 def test_a_waiter_whose_request_is_gone_fails_without_a_lost_exception_log() -> None:
     # The produce request timed out and dropped its waiter; a demotion then fails it.
     # Nobody awaits it, and asyncio must not log "Future exception was never retrieved".
-    async def scenario() -> list[dict[str, object]]:
-        reported: list[dict[str, object]] = []
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    async def scenario() -> None:
         partition, _ = make()
         lead(partition, isr=(1, 2))
         partition.wait_replicated(append(partition.log))  # dropped at once
         partition.make_follower(LeaderAndIsr(2, 1, (1, 2), (1, 2, 3), 2))
-        await asyncio.sleep(0)
-        gc.collect()
-        return reported
 
-    assert asyncio.run(scenario()) == []
+    assert lost_exceptions(scenario) == []
 
 
 def test_a_waiter_failed_after_the_loop_stopped_is_not_a_lost_exception() -> None:
@@ -179,19 +190,13 @@ def test_an_acks_all_answer_whose_request_is_gone_is_not_a_lost_exception() -> N
 
     # The producer's connection closed (or the broker is shutting down): nobody awaits the
     # answer when a demotion fails it, and asyncio must not log its error as lost.
-    async def scenario() -> list[dict[str, object]]:
-        reported: list[dict[str, object]] = []
-        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+    async def scenario() -> None:
         partition, _ = make()
         lead(partition, isr=(1, 2))
         replication_answer(partition, append(partition.log), timeout_ms=0)
         partition.close()
-        for _ in range(3):
-            await asyncio.sleep(0)
-        gc.collect()
-        return reported
 
-    assert asyncio.run(scenario()) == []
+    assert lost_exceptions(scenario) == []
 
 
 def test_min_insync_replicas_is_checked_against_the_isr() -> None:

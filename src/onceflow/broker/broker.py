@@ -43,7 +43,7 @@ from onceflow.coordinator.transaction.coordinator import (
 )
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
-from onceflow.errors import ErrorCode, KafkaError
+from onceflow.errors import ErrorCode, KafkaError, fail_future
 from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
 from onceflow.protocol.topic_ids import parse_topic_id
@@ -1017,12 +1017,6 @@ def replication_answer(
     answer: asyncio.Future[None] = loop.create_future()
     inner = partition.wait_replicated(last_offset)
 
-    def fail(exc: BaseException) -> None:
-        answer.set_exception(exc)
-        # Its request may be gone (the client left, the broker is shutting down): nobody
-        # would read the error, and asyncio would log it as lost. A waiter still gets it.
-        answer.exception()
-
     def replicated(done: asyncio.Future[None]) -> None:
         if done.cancelled():
             return  # timed out: the answer went already
@@ -1030,20 +1024,22 @@ def replication_answer(
         if answer.done():
             return
         if exc is not None:
-            fail(exc)
+            fail_future(answer, exc)
         elif len(partition.isr) < partition.min_insync_replicas:
-            fail(
+            fail_future(
+                answer,
                 KafkaError(
                     ErrorCode.not_enough_replicas_after_append,
                     f"{partition.log.name}: the ISR shrank below min.insync.replicas",
-                )
+                ),
             )
         else:
             answer.set_result(None)
 
     def timed_out() -> None:
         if not answer.done():
-            fail(KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated"))
+            error = KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
+            fail_future(answer, error)
         inner.cancel()  # the partition drops cancelled waiters
 
     inner.add_done_callback(replicated)

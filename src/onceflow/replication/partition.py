@@ -24,7 +24,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from onceflow.clock import Clock
-from onceflow.errors import ErrorCode, KafkaError
+from onceflow.errors import ErrorCode, KafkaError, fail_future
 from onceflow.storage.partition_log import PartitionLog
 
 
@@ -284,10 +284,8 @@ class Partition:
         starts, self._start_waiters = self._start_waiters, []
         for fut in [f for _, f in waiters] + [f for _, f in starts]:
             if not fut.done():
-                fut.set_exception(KafkaError(code, f"{self.log.name} is no longer led here"))
-                # Its request may have timed out and gone (or the loop stopped, at shutdown):
-                # the error is then nobody's to see, and must not be logged as lost.
-                fut.exception()
+                # Its request may have timed out and gone, or the loop stopped (shutdown).
+                fail_future(fut, KafkaError(code, f"{self.log.name} is no longer led here"))
 
     def close(self) -> None:
         self._fail_waiters(ErrorCode.not_leader_or_follower)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from onceflow.errors import fail_future
 from onceflow.storage.partition_log import FlushPlan, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class GroupCommitFlusher:
             fut.set_result(None)
             return fut
         if plog.offline is not None:
-            _fail(fut, plog.offline_error())
+            fail_future(fut, plog.offline_error())
             return fut
         self._waiters.append((plog, offset, fut))
         self.mark(plog)
@@ -167,19 +168,12 @@ class GroupCommitFlusher:
             if plog.flushed_offset > offset or plog.deleted:
                 fut.set_result(None)
             elif plog.offline is not None:
-                _fail(fut, plog.offline_error())
+                fail_future(fut, plog.offline_error())
             elif not plog.has_unflushed:
-                _fail(fut, RuntimeError(f"{plog.name}: offset {offset} was never appended"))
+                fail_future(fut, RuntimeError(f"{plog.name}: offset {offset} was never appended"))
             else:
                 waiting.append((plog, offset, fut))
                 self._dirty[id(plog)] = plog
         self._waiters = waiting
         if waiting:
             self._schedule()
-
-
-def _fail(fut: asyncio.Future[None], exc: BaseException) -> None:
-    """Fail a durability wait. Its produce request may be gone (the client left): nobody
-    would read the error and asyncio would log it as lost; a waiter still gets it."""
-    fut.set_exception(exc)
-    fut.exception()
