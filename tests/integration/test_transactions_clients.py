@@ -232,6 +232,45 @@ def test_new_instance_fences_the_old_and_aborts_its_open_transaction(
     assert b"zombie-3" not in everything, "a fenced producer's write was appended"
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_zombie_writing_into_the_new_instances_open_transaction_cannot_abort_it(
+    broker: BrokerProcess, producers: list[TxnProducer], client: str
+) -> None:
+    """kafka-python answers a fenced write with a KIP-360 epoch bump naming its old epoch;
+    Kafka's coordinator aborts the ongoing transaction for it, the new instance's."""
+    topic = create_topic(broker.bootstrap, partitions=2)
+    txn_id = _txn_id(f"zombie-open-{client}")
+    zombie = make_txn_producer(client, broker.bootstrap, txn_id)
+    producers.append(zombie)
+    zombie.init()
+    zombie.begin()
+    zombie.send(topic, 0, b"zombie-1")
+    zombie.flush()
+
+    fresh = make_txn_producer("confluent", broker.bootstrap, txn_id)
+    producers.append(fresh)
+    fresh.init()
+    fresh.begin()
+    fresh.send(topic, 0, b"fresh-1")
+    fresh.flush()
+
+    failure: BaseException | None = None
+    try:
+        zombie.send(topic, 0, b"zombie-2")
+        zombie.flush()
+        zombie.commit()
+    except Exception as exc:
+        failure = exc
+    assert failure is not None and fencing_error(failure), f"{client} zombie: {failure!r}"
+
+    fresh.send(topic, 1, b"fresh-2")
+    fresh.flush()
+    fresh.commit()
+    ends = wait_stable(broker.bootstrap, topic, [0, 1])
+    visible = read_records("confluent", broker.bootstrap, topic, ends, committed=True)
+    assert sorted(_values(visible)) == [b"fresh-1", b"fresh-2"]
+
+
 # ---- 4. the coordinator aborts a stalled transaction, fencing its producer --------------
 
 

@@ -17,6 +17,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.txn import wait_for
 from tests.helpers.txn_wire import (
     add_offsets,
     add_partitions,
@@ -86,10 +87,17 @@ def test_a_whole_transaction_at_the_newest_part_1_versions(shared_broker: Broker
         assert txn_offset_commit(conn, p, group, topic, 1, version=4) is ErrorCode.none
         assert end_txn(conn, p, commit=True, version=4).error_code == ErrorCode.none
         # The coordinator's verify-only answer between brokers, at v5: the committed
-        # transaction holds no partition any more.
-        assert verify_only(conn, p.transactional_id, p.producer_id, p.epoch, topic) is (
-            ErrorCode.transaction_abortable
-        )
+        # transaction holds no partition any more. Until its markers are written it is
+        # CONCURRENT_TRANSACTIONS, as Kafka answers a transaction in PrepareCommit.
+        answers: list[ErrorCode] = []
+
+        def verified() -> bool:
+            answers.append(verify_only(conn, p.transactional_id, p.producer_id, p.epoch, topic))
+            return answers[-1] is not ErrorCode.concurrent_transactions
+
+        wait_for(verified, what="the commit's markers")
+        assert answers[-1] is ErrorCode.transaction_abortable
+        assert set(answers[:-1]) <= {ErrorCode.concurrent_transactions}
         p2 = init(conn, "txn-part1", version=5)
         assert p2.epoch == p.epoch + 1
         assert add_partitions(conn, p2, topic, (0,)) == {ErrorCode.none}

@@ -217,6 +217,38 @@ def test_a_second_instance_fences_the_first_and_aborts_its_transaction() -> None
     run(go())
 
 
+def test_a_zombies_epoch_bump_never_aborts_the_new_instances_transaction() -> None:
+    """Kafka aborts an ongoing transaction for any KIP-360 bump naming its producer id, so
+    a fenced zombie's bump at its old epoch aborted the new instance's transaction."""
+
+    async def go() -> None:
+        coord, log, markers, _ = make()
+        old = await coord.init_producer_id("t", 10_000)
+        pid = old.producer_id
+        new = await coord.init_producer_id("t", 10_000)
+        assert await coord.add_partitions("t", pid, new.producer_epoch, [("a", 0)]) is (
+            ErrorCode.none
+        )
+        zombie = await coord.init_producer_id("t", 10_000, pid, old.producer_epoch)
+        assert zombie.error is ErrorCode.producer_fenced
+        await settle()
+        assert markers.written == []
+        assert log.states("t")[-1] is TxnState.ONGOING
+        assert await coord.end_txn("t", pid, new.producer_epoch, commit=True) is ErrorCode.none
+        await settle()
+        assert markers.written == [(pid, new.producer_epoch, True, frozenset({("a", 0)}))]
+        # A bump at the current epoch still aborts the ongoing transaction, as Kafka's.
+        assert await coord.add_partitions("t", pid, new.producer_epoch, [("a", 1)]) is (
+            ErrorCode.none
+        )
+        bump = await coord.init_producer_id("t", 10_000, pid, new.producer_epoch)
+        assert bump.error is ErrorCode.concurrent_transactions
+        await settle()
+        assert markers.written[-1] == (pid, new.producer_epoch + 1, False, frozenset({("a", 1)}))
+
+    run(go())
+
+
 def test_wrong_producer_id_is_a_mapping_error() -> None:
     async def go() -> None:
         coord, _, _, _ = make()

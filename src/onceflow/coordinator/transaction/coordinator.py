@@ -351,6 +351,12 @@ class TransactionCoordinator:
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return InitResult(ErrorCode.concurrent_transactions)
         if meta.state == TxnState.ONGOING:
+            if expected and expected_epoch != meta.producer_epoch:
+                # Kafka fences the ongoing transaction for any KIP-360 bump naming this
+                # producer id, so a fenced zombie's bump at its stale epoch aborted the
+                # live instance's transaction (kafka-python then re-inits without an id
+                # and fences it for good). Only the current epoch, or a new instance, may.
+                return InitResult(ErrorCode.producer_fenced)
             # A new instance fences the old one: abort its transaction at a bumped epoch,
             # and have the new one retry once the abort is complete.
             error = await self._fence_and_abort(meta, "fencing")
