@@ -120,3 +120,31 @@ def test_a_first_write_is_validated_once_though_the_coordinator_is_asked(
 
     run(tmp_path, body)
     assert len(calls) == 1
+
+
+def test_a_topic_recreated_while_the_coordinator_is_asked_validates_the_write_again(
+    tmp_path: Path,
+) -> None:
+    """The batch was validated against the log of the first lookup; a topic deleted and
+    created again with other limits during the question has its own limits checked."""
+
+    async def body(h: Harness) -> None:
+        h.use(None)
+        broker = h.broker
+        init = await broker.txn_coordinator.init_producer_id(TXN_ID, 60_000)
+        ask = broker.ask_coordinator_all
+
+        async def recreating(needs: Any) -> Any:
+            await broker.delete_topic(OPEN)
+            await broker.create_topic(OPEN, 2, {"max.message.bytes": "20"})
+            return await ask(needs)
+
+        broker.ask_coordinator_all = recreating  # type: ignore[method-assign]
+        response = await h.call(
+            ApiKey.PRODUCE, 12, **produce_v12(init.producer_id, init.producer_epoch, (0,))
+        )
+        (answer,) = response.responses[0].partition_responses
+        assert answer.error_code == ErrorCode.message_too_large
+        assert h.end_offset(OPEN) == 0
+
+    run(tmp_path, body)

@@ -111,10 +111,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Question:
     """A first transactional write waiting for its coordinator (`need`; its answer once
-    asked), with its batch headers, validated once before the question."""
+    asked), with its batch headers, validated before the question against `log`."""
 
     need: RemoteVerification
     headers: list[BatchHeader]
+    log: PartitionLog
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,8 +156,12 @@ class _PartitionStep:
             plog = _produce_log(broker, name, data.index, acks)
             records = data.records or b""
             # Asked once already: the log is looked up again (leadership may have moved
-            # meanwhile), the batch was validated before the question.
-            headers = _validated(plog, records) if answered is None else answered.headers
+            # meanwhile), and the batch validated again only if the log is another one (the
+            # topic was recreated, maybe with other limits, during the question).
+            if answered is not None and answered.log is plog:
+                headers = answered.headers
+            else:
+                headers = _validated(plog, records)
             try:
                 result = _append(
                     broker,
@@ -170,7 +175,7 @@ class _PartitionStep:
                     None if answered is None else answered.need,
                 )
             except RemoteVerification as need:  # the coordinator must be asked first
-                return _Question(need, headers)
+                return _Question(need, headers, plog)
             base_offset, log_start = result.first_offset, result.log_start_offset
             if result.log_append_time >= 0:
                 append_time = datetime.datetime.fromtimestamp(
