@@ -20,7 +20,9 @@ from onceflow.coordinator.group import (
     TopicPartition,
 )
 from onceflow.coordinator.group.consumer_messages import HeartbeatRequest, HeartbeatResult
+from onceflow.coordinator.group.consumer_records import encode_group_key, encode_member_key
 from onceflow.errors import ErrorCode
+from onceflow.records.builder import build_batch
 
 T = TypeVar("T")
 SESSION = 10_000
@@ -455,6 +457,26 @@ def test_a_restart_keeps_members_epochs_and_assignments(compact: bool) -> None:
     after.settle("a", "b")
     covers(after, "a", "b")
     assert after.group().state.value == "Stable"
+
+
+def test_an_undecodable_group_or_member_record_is_skipped_at_load() -> None:
+    """One bad record must not keep the partition from loading: the group's value before
+    it stands, and a member whose only value is bad is not restored."""
+    h = Harness()
+    h.join("a")
+    before = h.group()
+    truncated = b"\x00\x00\x00"  # a value version, then nothing
+    batch = build_batch(
+        [
+            (encode_group_key("g"), truncated, ()),
+            (encode_member_key("g", "ghost"), truncated, ()),
+        ],
+        timestamp_ms=0,
+    )
+    run(lambda: h.log.append(h.coord.partition_for("g"), batch))
+    group = reloaded(h).group()
+    assert (group.group_epoch, group.assignor_name) == (before.group_epoch, before.assignor_name)
+    assert set(group.members) == {"a"}
 
 
 def test_a_member_that_died_with_the_coordinator_is_fenced_after_the_load() -> None:

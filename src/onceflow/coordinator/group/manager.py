@@ -177,10 +177,10 @@ class GroupMetadataManager:
         for group_id, record in replay.groups.items():
             if record is not None:
                 loaded[group_id] = GroupMetadata.from_record(group_id, record, now)
-        for group_id, value in replay.consumer_groups.items():
-            if value is not None:
+        for group_id, consumer in replay.consumer_groups.items():
+            if consumer is not None:
                 group = group_for_offsets(group_id)
-                group.consumer = self._consumer_group(group_id, value, replay)
+                group.consumer = self._consumer_group(group_id, consumer, replay)
         for key, committed in replay.offsets.items():
             if committed is not None:
                 group = group_for_offsets(key.group)
@@ -196,16 +196,16 @@ class GroupMetadataManager:
         self.groups.update(loaded)
         return list(loaded.values())
 
-    def _consumer_group(self, group_id: str, value: bytes, replay: _Replay) -> ConsumerGroup:
+    def _consumer_group(
+        self, group_id: str, group: ConsumerGroup, replay: _Replay
+    ) -> ConsumerGroup:
         """A consumer-protocol group as its records left it; each member's session starts
         now (a dead one is fenced a session timeout after the load, as in Kafka)."""
-        group = ConsumerGroup()
-        consumer_records.decode_group_value(value, group)
         deadline = self._clock.monotonic_ms() + self._config.consumer_session_timeout_ms
-        for member_id, member_value in replay.consumer_members.get(group_id, {}).items():
-            if member_value is None:
+        for record in replay.consumer_members.get(group_id, {}).values():
+            if record is None:
                 continue
-            member, target = consumer_records.decode_member_value(member_id, member_value)
+            member, target = record
             member.session_deadline_ms = deadline
             group.restore(member, target)
         return group
@@ -548,9 +548,10 @@ class _Replay:
         self.groups: dict[str, GroupRecord | None] = {}
         self.offsets: dict[OffsetKey, CommittedOffset | None] = {}
         self.pending: dict[int, dict[OffsetKey, CommittedOffset | None]] = {}
-        # Consumer-protocol groups: the newest group and member values (None: deleted).
-        self.consumer_groups: dict[str, bytes | None] = {}
-        self.consumer_members: dict[str, dict[str, bytes | None]] = {}
+        # Consumer-protocol groups: the newest group and member values, decoded (None:
+        # deleted). A value that does not decode is skipped: the one before it stands.
+        self.consumer_groups: dict[str, ConsumerGroup | None] = {}
+        self.consumer_members: dict[str, dict[str, consumer_records.MemberRecord | None]] = {}
 
     def add(self, entry: LogEntry) -> None:
         seq = self._take_seq(1)
@@ -567,13 +568,16 @@ class _Replay:
         try:
             key = _decode_key(entry.key) if entry.key is not None else None
             if isinstance(key, ConsumerGroupKey):
-                self.consumer_groups[key.group] = entry.value
-                if entry.value is not None:  # checked now: a bad value is skipped here
-                    consumer_records.decode_group_value(entry.value, ConsumerGroup())
-            elif isinstance(key, ConsumerMemberKey):
+                group = None
                 if entry.value is not None:
-                    consumer_records.decode_member_value(key.member, entry.value)
-                self.consumer_members.setdefault(key.group, {})[key.member] = entry.value
+                    group = ConsumerGroup()
+                    consumer_records.decode_group_value(entry.value, group)
+                self.consumer_groups[key.group] = group
+            elif isinstance(key, ConsumerMemberKey):
+                member = None
+                if entry.value is not None:
+                    member = consumer_records.decode_member_value(key.member, entry.value)
+                self.consumer_members.setdefault(key.group, {})[key.member] = member
             elif isinstance(key, OffsetKey):
                 value = (
                     None
