@@ -101,6 +101,9 @@ def encode_value(t: TxnTransit) -> bytes:
     return b"".join(parts)
 
 
+_NEVER_LOGGED = frozenset({TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE})
+
+
 def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
     try:
         version, pid, last_pid, epoch, last_epoch, timeout, state = _HEAD.unpack_from(value, 0)
@@ -129,6 +132,10 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
         raise CorruptTxnRecord(str(exc)) from exc
     if pos != len(value):
         raise CorruptTxnRecord("trailing bytes in value")
+    if txn_state in _NEVER_LOGGED:
+        # Kafka keeps Dead (an expired id, logged as a tombstone) and PrepareEpochFence
+        # in memory only: no transition leads out of them, so a loaded one would be stuck.
+        raise CorruptTxnRecord(f"state {txn_state.display} is never written to the log")
     return TxnTransit(
         transactional_id,
         pid,
