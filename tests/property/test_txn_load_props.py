@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.test_txn_coordinator import MemoryLog, make, settle
 
@@ -67,7 +67,7 @@ def damage(draw: st.DrawFn) -> tuple[int, bytes]:
     return index, value[:at] + bytes([byte]) + value[at + 1 :]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=max(settings().max_examples, 300), deadline=None)
 @given(damage())
 def test_a_damaged_record_never_keeps_its_partition_from_loading(
     damaged: tuple[int, bytes],

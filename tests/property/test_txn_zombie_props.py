@@ -43,7 +43,7 @@ async def _zombie(c: TransactionCoordinator, op: str, pid: int, epoch: int) -> E
 
 
 @pytest.mark.parametrize("tv2", [False, True], ids=["tv0", "tv2"])
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=max(settings().max_examples, 300), deadline=None)
 @given(
     st.lists(
         st.one_of(

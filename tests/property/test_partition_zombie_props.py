@@ -27,7 +27,7 @@ ZOMBIE = st.one_of(
 FRESH = st.sampled_from(["write", "commit", "abort"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=max(settings().max_examples, 300), deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("Z"), ZOMBIE), st.tuples(st.just("F"), FRESH))))
 def test_nothing_of_the_zombie_lands_and_only_the_new_instance_ends_its_transactions(
     steps: list[tuple[str, object]],

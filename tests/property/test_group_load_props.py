@@ -8,7 +8,7 @@ and loads the partition on a new coordinator.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.unit.test_consumer_group_classic_members import Mixed, subscription
 from tests.unit.test_consumer_group_protocol import TOPIC_ID, run
@@ -73,7 +73,7 @@ def damage(draw: st.DrawFn) -> tuple[int, bytes]:
     return index, value[:at] + bytes([byte]) + value[at + 1 :]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=max(settings().max_examples, 300), deadline=None)
 @given(damage())
 def test_a_damaged_record_never_keeps_its_partition_from_loading(
     damaged: tuple[int, bytes],
