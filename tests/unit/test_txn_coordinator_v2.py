@@ -200,3 +200,57 @@ def test_a_fenced_instance_never_gets_the_epoch_back_through_end_txn() -> None:
 
     for fence in ("new instance", "timeout"):
         run(go(fence))
+
+
+def test_the_next_end_while_the_last_ones_markers_are_written_is_retriable() -> None:
+    """KAFKA-18464: a client that committed (and got the bumped epoch) may abort its next,
+    empty transaction at once; while the commit's markers are written that end must be
+    CONCURRENT_TRANSACTIONS, never PRODUCER_FENCED. Also when the commit rolled the
+    producer id over (the new id is handed out before the Complete record)."""
+
+    async def go() -> None:
+        coord, _, markers, _ = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid = init.producer_id
+        for start_epoch in (init.producer_epoch, MAX_EPOCH - 1):
+            coord.txns["t"].producer_epoch = start_epoch
+            assert (
+                await coord.add_partitions("t", pid, start_epoch, [TP], client_version=2)
+                is ErrorCode.none
+            )
+            markers.block = asyncio.Event()
+            ended = await coord.end_txn_bumping("t", pid, start_epoch, commit=True)
+            assert ended.error is ErrorCode.none
+            early = await coord.end_txn_bumping(
+                "t", ended.producer_id, ended.producer_epoch, commit=False
+            )
+            assert early.error is ErrorCode.concurrent_transactions
+            markers.block.set()
+            await settle()
+            empty = await coord.end_txn_bumping(
+                "t", ended.producer_id, ended.producer_epoch, commit=False
+            )
+            assert (empty.error, empty.producer_id, empty.producer_epoch) == (
+                ErrorCode.none,
+                ended.producer_id,
+                ended.producer_epoch + 1,
+            )
+            pid = empty.producer_id
+            markers.block = None
+
+    run(go())
+
+
+def test_the_next_end_right_after_a_commit_waits_for_the_markers_instead_of_failing() -> None:
+    async def go() -> None:
+        coord, _, _, _ = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coord.add_partitions("t", pid, epoch, [TP], client_version=2)
+        ended = await coord.end_txn_bumping("t", pid, epoch, commit=True)
+        # No settling: the markers are still being written when the next end arrives.
+        assert coord.txns["t"].state is TxnState.PREPARE_COMMIT
+        empty = await coord.end_txn_bumping("t", pid, ended.producer_epoch, commit=False)
+        assert (empty.error, empty.producer_epoch) == (ErrorCode.none, epoch + 2)
+
+    run(go())

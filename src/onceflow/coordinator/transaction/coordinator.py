@@ -465,6 +465,7 @@ class TransactionCoordinator:
         added nothing may be aborted (an empty abort, still bumping)."""
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
+        await self._wait_for_end(transactional_id)  # a retry, or the next end, right after
         status = self._status(transactional_id)
         if status is not None:
             return InitResult(status)
@@ -480,6 +481,10 @@ class TransactionCoordinator:
             and meta.producer_epoch == 0
         )
         if producer_id != meta.producer_id and not rolled_over:
+            if producer_id == meta.next_producer_id and producer_epoch == 0:
+                # The id this end rolls to, handed out before its Complete record: the
+                # client's next end waits for it, as one at the bumped epoch does.
+                return InitResult(ErrorCode.concurrent_transactions)
             return InitResult(ErrorCode.invalid_producer_id_mapping)
         # A retry of an end this API bumped: a fence or a timeout also bumps by one, but
         # leaves no last epoch, so the fenced instance is never taken for a retry.
@@ -892,9 +897,11 @@ def _rollover(meta: TransactionMetadata) -> dict[str, object]:
 
 def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
     """Kafka's epoch check of an EndTxn v5: the current epoch ends a transaction; the epoch
-    before the bump is only a retry of an end that was already decided."""
+    before the bump is only a retry of an end that was already decided. While an end is
+    written, the current epoch is the one it handed out: the next end from that client
+    waits for it (KAFKA-18464: it was fenced)."""
     if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-        return retry
+        return retry or same_epoch
     if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
         return retry or same_epoch
     return same_epoch and state in (TxnState.ONGOING, TxnState.EMPTY)
@@ -902,8 +909,8 @@ def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
 
 # What an EndTxn v5 does, by (state, commit, retry of an end already decided): "prepare"
 # ends the ongoing transaction, "empty abort" aborts one that added nothing, "done" answers
-# a retry of a completed end, "ending" a retry while its markers are written
-# (CONCURRENT_TRANSACTIONS); anything missing is INVALID_TXN_STATE.
+# a retry of a completed end, "ending" a retry, or the client's next end, while its
+# markers are written (CONCURRENT_TRANSACTIONS); anything missing is INVALID_TXN_STATE.
 _V2_END: dict[tuple[TxnState, bool, bool], str] = {
     (TxnState.ONGOING, True, False): "prepare",
     (TxnState.ONGOING, False, False): "prepare",
@@ -914,4 +921,8 @@ _V2_END: dict[tuple[TxnState, bool, bool], str] = {
     (TxnState.COMPLETE_ABORT, False, False): "empty abort",
     (TxnState.PREPARE_COMMIT, True, True): "ending",
     (TxnState.PREPARE_ABORT, False, True): "ending",
+    (TxnState.PREPARE_COMMIT, True, False): "ending",
+    (TxnState.PREPARE_COMMIT, False, False): "ending",
+    (TxnState.PREPARE_ABORT, True, False): "ending",
+    (TxnState.PREPARE_ABORT, False, False): "ending",
 }
