@@ -254,3 +254,30 @@ def test_the_next_end_right_after_a_commit_waits_for_the_markers_instead_of_fail
         assert (empty.error, empty.producer_epoch) == (ErrorCode.none, epoch + 2)
 
     run(go())
+
+
+def test_the_next_transactions_first_add_at_the_rolled_id_waits_for_the_end() -> None:
+    """KAFKA-18660: after an end that rolled the producer id, the client's first write of
+    the next transaction names the new id before the Complete record moved it there."""
+
+    async def go() -> None:
+        coord, _, markers, _ = make()
+        init = await coord.init_producer_id("t", 10_000)
+        pid = init.producer_id
+        coord.txns["t"].producer_epoch = MAX_EPOCH - 1
+        await coord.add_partitions("t", pid, MAX_EPOCH - 1, [TP], client_version=2)
+        markers.block = asyncio.Event()
+        ended = await coord.end_txn_bumping("t", pid, MAX_EPOCH - 1, commit=True)
+        new = (ended.producer_id, ended.producer_epoch)
+        assert new[0] != pid and new[1] == 0
+        early = await coord.add_partitions("t", *new, [TP], client_version=2)
+        assert early is ErrorCode.concurrent_transactions
+        markers.block.set()
+        await settle()
+        assert await coord.add_partitions("t", *new, [TP], client_version=2) is ErrorCode.none
+        # Another id is still nobody's.
+        assert await coord.add_partitions("t", new[0] + 1, 0, [TP], client_version=2) is (
+            ErrorCode.invalid_producer_id_mapping
+        )
+
+    run(go())

@@ -481,9 +481,7 @@ class TransactionCoordinator:
             and meta.producer_epoch == 0
         )
         if producer_id != meta.producer_id and not rolled_over:
-            if producer_id == meta.next_producer_id and producer_epoch == 0:
-                # The id this end rolls to, handed out before its Complete record: the
-                # client's next end waits for it, as one at the bumped epoch does.
+            if _rolls_to(meta, producer_id, producer_epoch):
                 return InitResult(ErrorCode.concurrent_transactions)
             return InitResult(ErrorCode.invalid_producer_id_mapping)
         # A retry of an end this API bumped: a fence or a timeout also bumps by one, but
@@ -635,7 +633,11 @@ class TransactionCoordinator:
         if status is not None:
             return None, status
         meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None:
+            return None, ErrorCode.invalid_producer_id_mapping
+        if meta.producer_id != producer_id:
+            if _rolls_to(meta, producer_id, producer_epoch):
+                return None, ErrorCode.concurrent_transactions
             return None, ErrorCode.invalid_producer_id_mapping
         if producer_epoch != meta.producer_epoch:
             return None, ErrorCode.producer_fenced
@@ -893,6 +895,18 @@ def _rollover(meta: TransactionMetadata) -> dict[str, object]:
         "last_producer_epoch": meta.producer_epoch - 1,
         "next_producer_id": NO_PRODUCER_ID,
     }
+
+
+def _rolls_to(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Whether (producer_id, producer_epoch) is what an end being written rolls the id to:
+    handed out before the Complete record moves the id, so the client's next request waits
+    for it (CONCURRENT_TRANSACTIONS) instead of failing as another producer's (KAFKA-18660)."""
+    return (
+        meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        and meta.next_producer_id != NO_PRODUCER_ID
+        and producer_id == meta.next_producer_id
+        and producer_epoch == 0
+    )
 
 
 def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
