@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.unit.test_txn_coordinator import make, settle
 
 from onceflow.coordinator.transaction.coordinator import TransactionCoordinator
+from onceflow.coordinator.transaction.metadata import MAX_EPOCH
 from onceflow.errors import ErrorCode, KafkaError
 
 TXN = "zombie-interleaving"
@@ -42,7 +43,11 @@ async def _zombie(c: TransactionCoordinator, op: str, pid: int, epoch: int) -> E
     return ErrorCode.none
 
 
-@pytest.mark.parametrize("tv2", [False, True], ids=["tv0", "tv2"])
+@pytest.mark.parametrize(
+    ("tv2", "near_max"),
+    [(False, False), (True, False), (True, True)],
+    ids=["tv0", "tv2", "tv2-rolling-over"],
+)
 @settings(max_examples=max(settings().max_examples, 300), deadline=None)
 @given(
     st.lists(
@@ -53,10 +58,15 @@ async def _zombie(c: TransactionCoordinator, op: str, pid: int, epoch: int) -> E
         max_size=25,
     )
 )
+@example(  # three ends (the third rolls the id near the last epoch), then the zombie
+    steps=[("B", "add"), ("B", "commit")] * 3
+    + [("A", "bump"), ("A", "add"), ("A", "end_v2_abort"), ("B", "add"), ("B", "abort")]
+)
 def test_a_fenced_instance_never_changes_its_successors_transactions(
-    tv2: bool, steps: list[tuple[str, str]]
+    tv2: bool, near_max: bool, steps: list[tuple[str, str]]
 ) -> None:
-    """B runs its transactions at transaction version 0 or 2 (each end bumps its epoch)."""
+    """B runs its transactions at transaction version 0 or 2 (each end bumps its epoch),
+    and at version 2 also from 3 below the last epoch, so its ends roll the producer id."""
 
     async def go() -> None:
         coord, _, markers, _ = make()
@@ -69,9 +79,11 @@ def test_a_fenced_instance_never_changes_its_successors_transactions(
         await settle()
         new = await coord.init_producer_id(TXN, 10_000)
         assert new.error is ErrorCode.none
-        fresh_epoch = new.producer_epoch
+        fresh_pid, fresh_epoch = pid, new.producer_epoch
+        if near_max:  # as if 32764 transactions had ended
+            fresh_epoch = coord.txns[TXN].producer_epoch = MAX_EPOCH - 3
         fenced_markers = len(markers.written)  # the abort of A's transaction
-        wanted: list[tuple[int, bool]] = []  # each of B's ends: (marker epoch, commit)
+        wanted: list[tuple[int, int, bool]] = []  # B's ends: (marker's id, epoch, commit)
         open_txn = False
         for who, op in steps:
             if who == "A":
@@ -83,26 +95,31 @@ def test_a_fenced_instance_never_changes_its_successors_transactions(
             elif op == "add":
                 await settle()  # B's previous end completes first, as a client waits
                 code = await coord.add_partitions(
-                    TXN, pid, fresh_epoch, [("a", 0), ("b", 1)], client_version=2 if tv2 else 0
+                    TXN,
+                    fresh_pid,
+                    fresh_epoch,
+                    [("a", 0), ("b", 1)],
+                    client_version=2 if tv2 else 0,
                 )
                 assert code is ErrorCode.none, f"B's add: {code}"
                 open_txn = True
             elif open_txn and tv2:
-                ended = await coord.end_txn_bumping(TXN, pid, fresh_epoch, op == "commit")
+                ended = await coord.end_txn_bumping(TXN, fresh_pid, fresh_epoch, op == "commit")
                 assert ended.error is ErrorCode.none, f"B's {op}: {ended.error}"
-                fresh_epoch = ended.producer_epoch  # the markers carry the bumped epoch
-                wanted.append((fresh_epoch, op == "commit"))
+                # The markers carry the bumped epoch (of the old id, when the end rolls).
+                wanted.append((fresh_pid, fresh_epoch + 1, op == "commit"))
+                fresh_pid, fresh_epoch = ended.producer_id, ended.producer_epoch
                 open_txn = False
             elif open_txn:
                 code = await coord.end_txn(TXN, pid, fresh_epoch, op == "commit")
                 assert code is ErrorCode.none, f"B's {op}: {code}"
-                wanted.append((fresh_epoch, op == "commit"))
+                wanted.append((pid, fresh_epoch, op == "commit"))
                 open_txn = False
         await settle()
+        if near_max and len(wanted) >= 3:
+            assert fresh_pid != pid, "the third end from 32764 rolls the producer id"
         ours = markers.written[fenced_markers:]
-        assert [(p, e, commit) for p, e, commit, _ in ours] == [
-            (pid, epoch, commit) for epoch, commit in wanted
-        ]
+        assert [(p, e, commit) for p, e, commit, _ in ours] == wanted
         await coord.close()
 
     asyncio.run(go())
