@@ -185,36 +185,56 @@ def test_open_transaction_holds_back_read_committed_until_it_ends(
 # ---- 3. a new instance with the same transactional id fences the old one ----------------
 
 
+def _with_open_transaction(
+    client: str,
+    broker: BrokerProcess,
+    producers: list[TxnProducer],
+    txn_id: str,
+    topic: str,
+    *partitions: int,
+) -> TxnProducer:
+    """A `client` producer whose transaction holds b"zombie-<n>" in the n-th of
+    `partitions` (from 1), flushed and not ended."""
+    zombie = make_txn_producer(client, broker.bootstrap, txn_id)
+    producers.append(zombie)
+    zombie.init()
+    zombie.begin()
+    for n, partition in enumerate(partitions, 1):
+        zombie.send(topic, partition, b"zombie-%d" % n)
+    zombie.flush()
+    return zombie
+
+
+def _write_and_commit_fails_as_fenced(zombie: TxnProducer, topic: str, value: bytes) -> None:
+    """The fenced instance writes `value` to partition 0 and commits: that must fail, as
+    fenced."""
+    failure: BaseException | None = None
+    try:
+        zombie.send(topic, 0, value)
+        zombie.flush()
+        zombie.commit()
+    except Exception as exc:
+        failure = exc
+    assert failure is not None, f"the fenced {zombie.client} producer sent and committed"
+    assert fencing_error(failure), (
+        f"{zombie.client} failed, but not as fenced: {type(failure).__name__}: {failure}"
+    )
+
+
 @pytest.mark.parametrize("client", CLIENTS)
 def test_new_instance_fences_the_old_and_aborts_its_open_transaction(
     broker: BrokerProcess, producers: list[TxnProducer], client: str
 ) -> None:
     topic = create_topic(broker.bootstrap, partitions=2)
     txn_id = _txn_id(f"fence-{client}")
-    zombie = make_txn_producer(client, broker.bootstrap, txn_id)
-    producers.append(zombie)
-    zombie.init()
-    zombie.begin()
-    zombie.send(topic, 0, b"zombie-1")
-    zombie.send(topic, 1, b"zombie-2")
-    zombie.flush()
+    zombie = _with_open_transaction(client, broker, producers, txn_id, topic, 0, 1)
 
     # The new instance's InitProducerId aborts the zombie's transaction at a bumped epoch.
     fresh = make_txn_producer("confluent", broker.bootstrap, txn_id)
     producers.append(fresh)
     fresh.init()
 
-    failure: BaseException | None = None
-    try:
-        zombie.send(topic, 0, b"zombie-3")
-        zombie.flush()
-        zombie.commit()
-    except Exception as exc:
-        failure = exc
-    assert failure is not None, f"the fenced {client} producer sent and committed"
-    assert fencing_error(failure), (
-        f"{client} failed, but not as fenced: {type(failure).__name__}: {failure}"
-    )
+    _write_and_commit_fails_as_fenced(zombie, topic, b"zombie-3")
 
     fresh.begin()
     fresh.send(topic, 0, b"fresh-1")
@@ -240,12 +260,7 @@ def test_a_zombie_writing_into_the_new_instances_open_transaction_cannot_abort_i
     Kafka's coordinator aborts the ongoing transaction for it, the new instance's."""
     topic = create_topic(broker.bootstrap, partitions=2)
     txn_id = _txn_id(f"zombie-open-{client}")
-    zombie = make_txn_producer(client, broker.bootstrap, txn_id)
-    producers.append(zombie)
-    zombie.init()
-    zombie.begin()
-    zombie.send(topic, 0, b"zombie-1")
-    zombie.flush()
+    zombie = _with_open_transaction(client, broker, producers, txn_id, topic, 0)
 
     fresh = make_txn_producer("confluent", broker.bootstrap, txn_id)
     producers.append(fresh)
@@ -254,14 +269,7 @@ def test_a_zombie_writing_into_the_new_instances_open_transaction_cannot_abort_i
     fresh.send(topic, 0, b"fresh-1")
     fresh.flush()
 
-    failure: BaseException | None = None
-    try:
-        zombie.send(topic, 0, b"zombie-2")
-        zombie.flush()
-        zombie.commit()
-    except Exception as exc:
-        failure = exc
-    assert failure is not None and fencing_error(failure), f"{client} zombie: {failure!r}"
+    _write_and_commit_fails_as_fenced(zombie, topic, b"zombie-2")
 
     fresh.send(topic, 1, b"fresh-2")
     fresh.flush()

@@ -9,7 +9,7 @@ and loads the partition on a new coordinator.
 from __future__ import annotations
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from tests.helpers.damage import damaged_value
 from tests.unit.test_consumer_group_classic_members import Mixed, subscription
 from tests.unit.test_consumer_group_protocol import TOPIC_ID, run
 
@@ -62,19 +62,8 @@ def _written() -> tuple[Mixed, int, list[tuple[bytes, bytes]]]:
 _, _, SAMPLE = _written()
 
 
-@st.composite
-def damage(draw: st.DrawFn) -> tuple[int, bytes]:
-    index = draw(st.integers(0, len(SAMPLE) - 1))
-    value = SAMPLE[index][1]
-    if draw(st.booleans()):
-        return index, value[: draw(st.integers(0, len(value) - 1))]
-    at = draw(st.integers(0, len(value) - 1))
-    byte = draw(st.integers(0, 255).filter(lambda b: b != value[at]))
-    return index, value[:at] + bytes([byte]) + value[at + 1 :]
-
-
 @settings(max_examples=max(settings().max_examples, 300), deadline=None)
-@given(damage())
+@given(damaged_value([v for _, v in SAMPLE]))
 def test_a_damaged_record_never_keeps_its_partition_from_loading(
     damaged: tuple[int, bytes],
 ) -> None:

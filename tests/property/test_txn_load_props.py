@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from tests.helpers.damage import damaged_value
 from tests.unit.test_txn_coordinator import MemoryLog, make, settle
 
 from onceflow.coordinator.transaction.log import decode_key, decode_value, encode_value
@@ -56,19 +56,8 @@ def _records() -> list[tuple[int, bytes, bytes]]:
 SAMPLE = _records()
 
 
-@st.composite
-def damage(draw: st.DrawFn) -> tuple[int, bytes]:
-    index = draw(st.integers(0, len(SAMPLE) - 1))
-    value = SAMPLE[index][2]
-    if draw(st.booleans()):
-        return index, value[: draw(st.integers(0, len(value) - 1))]
-    at = draw(st.integers(0, len(value) - 1))
-    byte = draw(st.integers(0, 255).filter(lambda b: b != value[at]))
-    return index, value[:at] + bytes([byte]) + value[at + 1 :]
-
-
 @settings(max_examples=max(settings().max_examples, 300), deadline=None)
-@given(damage())
+@given(damaged_value([v for _, _, v in SAMPLE]))
 def test_a_damaged_record_never_keeps_its_partition_from_loading(
     damaged: tuple[int, bytes],
 ) -> None:
