@@ -196,6 +196,31 @@ def test_a_zombie_write_at_the_previous_epoch_never_lands(broker: BrokerProcess)
     assert committed == [b"first", b"second"]
 
 
+@pytest.mark.broker_overrides(TV2)
+def test_an_empty_abort_sent_right_after_a_commit_is_never_fenced(broker: BrokerProcess) -> None:
+    """A Java producer that commits and at once aborts its next transaction, which added
+    nothing, sends the abort while the commit's markers may still be written (Kafka's
+    KAFKA-18464): retriable at worst, never PRODUCER_FENCED."""
+    topic = "tv2-empty-abort"
+    with RawConnection(broker.bootstrap) as conn:
+        create_or_describe(conn, topic)
+        p0 = init(conn, "tv2-empty-abort")
+        assert write(conn, p0, topic, 0, b"committed") is ErrorCode.none
+        committed = end_txn(conn, p0, True, version=END_V2)
+        assert committed.error_code == ErrorCode.none
+        p1 = Producer(
+            p0.transactional_id, int(committed.producer_id), int(committed.producer_epoch)
+        )
+        first_try = end_txn(conn, p1, False, version=END_V2)
+        assert first_try.error_code in {ErrorCode.none, *RETRIABLE}, first_try.error_code
+        p2 = end(conn, p1, commit=False) if first_try.error_code != ErrorCode.none else None
+        epoch = int(first_try.producer_epoch) if p2 is None else p2.epoch
+        assert epoch == p0.epoch + 2
+        committed_values, markers = log_of(conn, topic)
+    assert committed_values == [b"committed"]
+    assert markers == [Marker(p0.producer_id, p0.epoch + 1, True)]  # the empty abort: none
+
+
 @pytest.mark.parametrize("point", ["txn.after_prepare", "txn.before_complete", None])
 @pytest.mark.parametrize("commit", [True, False])
 def test_kill_9_while_a_transaction_version_2_transaction_ends(
