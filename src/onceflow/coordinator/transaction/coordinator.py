@@ -914,11 +914,17 @@ def _valid_v2_end_epoch(state: TxnState, same_epoch: bool, retry: bool) -> bool:
     before the bump is only a retry of an end that was already decided. While an end is
     written, the current epoch is the one it handed out: the next end from that client
     waits for it (KAFKA-18464: it was fenced)."""
-    if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-        return retry or same_epoch
-    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+    if state in _ENDING_OR_ENDED:
         return retry or same_epoch
     return same_epoch and state in (TxnState.ONGOING, TxnState.EMPTY)
+
+
+_ENDING_OR_ENDED = (
+    TxnState.PREPARE_COMMIT,
+    TxnState.PREPARE_ABORT,
+    TxnState.COMPLETE_COMMIT,
+    TxnState.COMPLETE_ABORT,
+)
 
 
 # What an EndTxn v5 does, by (state, commit, retry of an end already decided): "prepare"
