@@ -18,8 +18,9 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from onceflow.broker.broker import OFFSETS_TOPIC, TXN_TOPIC, Broker
-from onceflow.broker.handlers.base import Deferred, RequestContext
+from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.registry import HANDLERS
+from onceflow.broker.responses import Deferred
 from onceflow.broker.server import _settle
 from onceflow.clock import ManualClock
 from onceflow.config import BrokerConfig

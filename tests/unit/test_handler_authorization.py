@@ -22,8 +22,9 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from onceflow.broker.broker import Broker
-from onceflow.broker.handlers.base import Deferred, RawBody, RequestContext
+from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.registry import HANDLERS
+from onceflow.broker.responses import Deferred, RawBody
 from onceflow.broker.server import _settle
 from onceflow.clock import ManualClock
 from onceflow.config import BrokerConfig

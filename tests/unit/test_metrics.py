@@ -11,10 +11,10 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from onceflow.broker.broker import Broker
-from onceflow.broker.handlers.base import RawBody
 from onceflow.broker.metrics import BrokerMetrics, Buckets, api_name, response_errors
 from onceflow.broker.metrics_http import start_metrics_server
 from onceflow.broker.metrics_state import lso_lag_seconds
+from onceflow.broker.responses import RawBody
 from onceflow.clock import ManualClock
 from onceflow.config import (
     BrokerConfig,

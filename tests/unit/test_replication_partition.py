@@ -186,7 +186,7 @@ def test_a_waiter_failed_after_the_loop_stopped_is_not_a_lost_exception() -> Non
 
 
 def test_an_acks_all_answer_whose_request_is_gone_is_not_a_lost_exception() -> None:
-    from onceflow.broker.broker import replication_answer
+    from onceflow.broker.topology.zookeeper import replication_answer
 
     # The producer's connection closed (or the broker is shutting down): nobody awaits the
     # answer when a demotion fails it, and asyncio must not log its error as lost.
@@ -235,7 +235,7 @@ def test_a_restarted_replica_shows_nothing_until_the_isr_confirms_it() -> None:
 
 
 def test_acks_all_answers_not_enough_replicas_after_append_or_timed_out() -> None:
-    from onceflow.broker.broker import replication_answer
+    from onceflow.broker.topology.zookeeper import replication_answer
 
     async def scenario() -> None:
         partition, _ = make()

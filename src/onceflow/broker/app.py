@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 from onceflow.broker.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
-from onceflow.broker.cluster_mode import ClusterStartupError
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.metrics_http import start_metrics_server
 from onceflow.broker.security import ListenerSecurity, SecuritySetupError, listener_security
 from onceflow.broker.server import KafkaConnection, TlsAcceptor
+from onceflow.broker.topology.zookeeper import ClusterStartupError
 from onceflow.config import BrokerConfig
 
 log = logging.getLogger("onceflow.broker")

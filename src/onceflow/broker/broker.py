@@ -1,7 +1,10 @@
-"""Broker: the state every handler reaches through its RequestContext.
+"""Broker: the wiring of one broker's parts, and the state handlers reach through it.
 
-It owns the log manager (the ReplicaManager role on a single broker), the group-commit
-flusher, the fetch purgatory and the coordinators, and runs their periodic work.
+Like Kafka's KafkaServer.startup, it builds every part once and hands each the narrow
+collaborators it uses: the logs, the group-commit flusher, the fetch purgatories, the
+coordinators and the topology, which answers every question about the cluster (a cluster
+of one when `zookeeper.connect` is unset). The broker itself never asks whether it is
+clustered.
 """
 
 from __future__ import annotations
@@ -10,29 +13,21 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from onceflow.broker.cluster_mode import ClusterMode, PartitionView
-from onceflow.broker.dynamic_config import (
-    DynamicBrokerConfig,
-    LocalDynamicConfigStore,
-    ZkDynamicConfigStore,
-)
+from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
-from onceflow.broker.topics import (
-    INTERNAL_TOPICS,
-    CreatedTopic,
-    partition_count_message,
-    validate_topic_name,
-)
+from onceflow.broker.topics import INTERNAL_TOPICS, CreatedTopic, validate_topic_name
+from onceflow.broker.topology.base import NO_LEADER, PartitionView, Topology
+from onceflow.broker.topology.standalone import StandaloneTopology
+from onceflow.broker.topology.zookeeper import ZkTopology
+from onceflow.broker.verification import RemoteVerification
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.assignment import assign_replicas
-from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
@@ -43,7 +38,7 @@ from onceflow.coordinator.transaction.coordinator import (
 )
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
-from onceflow.errors import ErrorCode, KafkaError, fail_future
+from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
 from onceflow.invariants import invariant
 from onceflow.protocol.topic_ids import parse_topic_id
@@ -67,9 +62,6 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
-META_PROPERTIES = "meta.properties"
-COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
-CLUSTER_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
 #: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
 INTERNAL_WRITE_TIMEOUT_MS = 5000
 
@@ -97,12 +89,12 @@ class Broker:
         )
         self.logs = LogManager(self.fs, self.log_dir, self.clock, self.log_config, self.disk)
         self.logs.offline_listeners.append(self._log_offline)
-        # Dynamic broker configs (AlterConfigs on BROKER): rebuild self.config when changed.
+        # Dynamic broker configs (AlterConfigs on BROKER): self.config is rebuilt when changed.
         self.dynamic_config = DynamicBrokerConfig(
-            self, LocalDynamicConfigStore(self.fs, self.log_dir)
+            config,
+            LocalDynamicConfigStore(self.fs, self.log_dir),
+            on_change=self._config_changed,
         )
-        # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
-        self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
         # ACLs and SCRAM credentials; its authorizer is None unless authorizer.class.name
         # is set (then every request is authorized).
         self.security = SecurityState(config, LocalSecurityStore(self.fs, self.log_dir))
@@ -110,6 +102,8 @@ class Broker:
         self.inter_broker_security = (
             inter_broker_security(config) if config.zookeeper_connect else None
         )
+        # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
+        self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
         self.flusher = GroupCommitFlusher(
             on_flushed=self._flushed,
             on_round=self.metrics.flush_round if self.metrics is not None else None,
@@ -129,7 +123,7 @@ class Broker:
                 max_timeout_ms=config.transaction_max_timeout_ms,
                 id_expiration_ms=config.transactional_id_expiration_ms,
             ),
-            coordinator_epoch=0,  # set at start from the durable counter
+            coordinator_epoch=0,  # each partition's leader epoch, given at its load
         )
         self.connections: set[KafkaConnection] = set()
         self.group_coordinator = GroupCoordinator(
@@ -139,10 +133,40 @@ class Broker:
             topics=self._topic_size,
             topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
         )
+        # A coordinator serves the keys of the internal partitions this broker leads.
+        self.group_coordinator.serve_loaded_only()
+        self.txn_coordinator.serve_loaded_only()
+        self.topology = self._topology()
         self._timers: list[asyncio.Task[None]] = []
-        self._background_tasks: set[asyncio.Task[None]] = set()
-        # Set at start when zookeeper.connect is: the broker is then one of a cluster.
-        self.cluster: ClusterMode | None = None
+
+    def _topology(self) -> Topology:
+        """The one place that knows which kind of cluster this broker is part of."""
+        if self.config.zookeeper_connect:
+            return ZkTopology(
+                self.node_id,
+                lambda: self.config,
+                self.clock,
+                self.fs,
+                self.log_dir,
+                self.logs,
+                host=self,
+                producer_ids=self.producer_ids,
+                security=self.security,
+                dynamic_config=self.dynamic_config,
+                inter_broker_security=self.inter_broker_security,
+                validate_configs=self.log_config,
+            )
+        return StandaloneTopology(
+            self.node_id,
+            lambda: self.config,
+            self.fs,
+            self.log_dir,
+            self.logs,
+            load_local_configs=self.dynamic_config.load,
+            load_local_security=self.security.load,
+            validate_configs=self.log_config,
+            barrier=self.flusher.barrier,
+        )
 
     # ---- configuration ---------------------------------------------------------------
 
@@ -174,31 +198,27 @@ class Broker:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    def _config_changed(self, config: BrokerConfig) -> None:
+        """Dynamic broker configs changed: every log and replica re-derives its own."""
+        self.config = config
+        self.logs.refresh_configs()
+        self.topology.refresh_configs()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
     @property
     def authorizer(self) -> Authorizer | None:
         """The ACL authorizer, or None when authorizer.class.name is unset (allow all)."""
         return self.security.authorizer
 
     async def start(self) -> None:
-        if not self.config.zookeeper_connect:  # a cluster's are in ZooKeeper
-            self.dynamic_config.load()
+        self.topology.open()
         self.logs.load()
         self.disk.refresh(force=True)
-        if self.config.zookeeper_connect:
-            await self._join_cluster()
-        else:
-            self.cluster_id = self._load_meta_properties()
-            self.security.load()
+        self.cluster_id = await self.topology.join()
         self.producer_ids.load()
-        if self.cluster is None:
-            self._create_internal_topics()
-        self.txn_coordinator.coordinator_epoch = self._next_coordinator_epoch()
         self.flusher.start()
-        if self.cluster is None:
-            await self.group_coordinator.load()
-            await self.txn_coordinator.load()
-        else:
-            self.cluster.start_replication()
+        await self.topology.start_serving(self._role_changed)
         self._every(
             self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000,
             self.txn_coordinator.poll,
@@ -214,78 +234,29 @@ class Broker:
         if self.config.log_cleaner_enable:
             self._every(self.config.log_cleaner_backoff_ms / 1000, self.clean_logs)
 
-    def _create_internal_topics(self) -> None:
-        for topic, partitions, segment_bytes in (
-            (
-                OFFSETS_TOPIC,
-                self.config.offsets_topic_num_partitions,
-                self.config.offsets_topic_segment_bytes,
-            ),
-            (
-                TXN_TOPIC,
-                self.config.transaction_state_log_num_partitions,
-                self.config.transaction_state_log_segment_bytes,
-            ),
-        ):
-            if topic not in self.logs.topics:
-                configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
-                self.logs.create_topic(topic, partitions, configs, internal=True)
-
-    async def _join_cluster(self) -> None:
-        """Register in ZooKeeper and take the cluster's id (ClusterStartupError if not)."""
-        self.cluster = ClusterMode(self, CLUSTER_INTERNAL_TOPICS)
-        # A coordinator serves only the keys of internal partitions this broker leads.
-        self.group_coordinator.serve_loaded_only()
-        self.txn_coordinator.serve_loaded_only()
-        local = self._read_meta_cluster_id()
-        self.cluster_id = await self.cluster.start(local)
-        if local is None:
-            self._write_meta_properties(self.cluster_id)
-        self.cluster.replicas.role_listeners.append(self._role_changed)
-        # ACLs and credentials live in ZooKeeper, where every broker sees every change.
-        store = ZkSecurityStore(self.cluster.link.store, asyncio.get_running_loop())
-        self.security.store = store
-        self.security.load()
-        store.watch(self.security.set_acls, self.security.set_credentials)
-        dynamic = ZkDynamicConfigStore(
-            self.cluster.link.store, asyncio.get_running_loop(), self.dynamic_config.own_entities
-        )
-        self.dynamic_config.store = dynamic
-        self.dynamic_config.load()
-        dynamic.watch(self.dynamic_config.set)
-
-    def _role_changed(self, topic: str, partition: int, role: Role, leader_epoch: int) -> None:
-        """Coordinators follow the leadership of their internal partitions. A new
-        leadership also ends the followers' fetches parked here, so that they come back at
-        once asking for the new partition too (its acks=all writes wait for them)."""
+    def _role_changed(
+        self, topic: str, partition: int, role: Role, leader_epoch: int
+    ) -> Awaitable[None] | None:
+        """Coordinators follow the leadership of their internal partitions: the load of a
+        partition led from now on is returned, for the topology to run. A new leadership
+        also ends the followers' fetches parked here, so that they come back at once asking
+        for the new partition too (its acks=all writes wait for them)."""
         if role is Role.LEADER:
             self.replica_purgatory.notify_all()
-        partition_state = self.cluster.replicas.get(topic, partition) if self.cluster else None
-        if partition_state is not None and partition_state.log.has_unflushed:
+        plog = self.logs.get(topic, partition)
+        if plog is not None and plog.has_unflushed:
             # A tail recovered after a crash is flushed before it counts (as leader) or is
             # reported to the leader (as follower) as held.
-            self.flusher.mark(partition_state.log)
+            self.flusher.mark(plog)
         if topic == OFFSETS_TOPIC:
             if role is Role.LEADER:
-                self._background(self.group_coordinator.load_partition(partition, leader_epoch))
-            else:
-                self.group_coordinator.unload(partition, leader_epoch)
+                return self.group_coordinator.load_partition(partition, leader_epoch)
+            self.group_coordinator.unload(partition, leader_epoch)
         elif topic == TXN_TOPIC:
             if role is Role.LEADER:
-                self._background(self.txn_coordinator.load_partition(partition, leader_epoch))
-            else:
-                self.txn_coordinator.unload(partition, leader_epoch)
-
-    def _background(self, work: Awaitable[None]) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except Exception:
-                log.exception("background task failed")
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._background_tasks.add(task)
-        task.add_done_callback(self._background_tasks.discard)
+                return self.txn_coordinator.load_partition(partition, leader_epoch)
+            self.txn_coordinator.unload(partition, leader_epoch)
+        return None
 
     def _every(self, seconds: float, action: Callable[[], object]) -> None:
         async def loop() -> None:
@@ -302,12 +273,10 @@ class Broker:
 
     async def controlled_shutdown(self) -> None:
         """Before stopping: hand leadership to other brokers, so clients see no errors."""
-        if self.cluster is not None:
-            await self.cluster.controlled_shutdown()
+        await self.topology.controlled_shutdown()
 
     async def stop(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.topology.stop()
         self.group_coordinator.close()  # parked joins and syncs answer NOT_COORDINATOR
         await self.txn_coordinator.close()
         for task in self._timers:
@@ -315,38 +284,6 @@ class Broker:
         await asyncio.gather(*self._timers, return_exceptions=True)
         await self.flusher.close()
         self.logs.shutdown()
-
-    def _next_coordinator_epoch(self) -> int:
-        """The transaction coordinator's epoch grows at every start and is durable, so a
-        marker from an earlier incarnation can be told apart (and refused)."""
-        path = os.path.join(self.log_dir, COORDINATOR_EPOCH_FILE)
-        epoch = 0
-        if self.fs.exists(path):
-            epoch = int(self.fs.read_file(path).decode().strip() or "0") + 1
-        self.fs.write_file_atomic(path, f"{epoch}\n".encode())
-        return epoch
-
-    def _load_meta_properties(self) -> str:
-        """Kafka's meta.properties: the cluster id is made once and kept."""
-        cluster_id = self._read_meta_cluster_id()
-        if cluster_id is None:
-            cluster_id = uuid.uuid4().hex[:22]
-            self._write_meta_properties(cluster_id)
-        return cluster_id
-
-    def _read_meta_cluster_id(self) -> str | None:
-        path = os.path.join(self.log_dir, META_PROPERTIES)
-        if self.fs.exists(path):
-            for line in self.fs.read_file(path).decode().splitlines():
-                key, _, value = line.partition("=")
-                if key.strip() == "cluster.id":
-                    return value.strip()
-        return None
-
-    def _write_meta_properties(self, cluster_id: str) -> None:
-        path = os.path.join(self.log_dir, META_PROPERTIES)
-        body = f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
-        self.fs.write_file_atomic(path, body.encode())
 
     def _log_offline(self, plog: PartitionLog) -> None:
         """A coordinator whose log partition went offline stops serving its keys."""
@@ -358,45 +295,38 @@ class Broker:
     def coordinator_node(
         self, key_type: int, key: str, listener: str | None = None
     ) -> tuple[int, str, int] | None:
-        """The broker coordinating a group (0) or transactional id (1), or None when there
-        is none right now (COORDINATOR_NOT_AVAILABLE: the client retries).
-
-        On a cluster it is the leader of the key's internal partition; the internal topic is
-        created on first use, once enough brokers are alive for its replication factor."""
-        if self.cluster is None:
-            if not self.coordinator_available(key_type, key):
-                return None
-            advertised = self.config.advertised_listener_for(
-                listener or self.config.inter_broker_listener().name
-            )
-            return self.node_id, advertised.host, advertised.port
+        """The broker coordinating a group (0) or transactional id (1): the leader of the
+        key's internal partition, or None when there is none right now
+        (COORDINATOR_NOT_AVAILABLE: the client retries). The internal topic is created on
+        first use, once enough brokers are alive for its replication factor."""
+        config = self.config
         if key_type == 1:
-            topic, partitions = TXN_TOPIC, self.config.transaction_state_log_num_partitions
+            topic, partitions = TXN_TOPIC, config.transaction_state_log_num_partitions
             factor_key = "transaction.state.log.replication.factor"
-            replicas = self.config.transaction_state_log_replication_factor
-            min_isr = self.config.transaction_state_log_min_isr
-            segment_bytes = self.config.transaction_state_log_segment_bytes
+            replicas = config.transaction_state_log_replication_factor
+            min_isr = config.transaction_state_log_min_isr
+            segment_bytes = config.transaction_state_log_segment_bytes
             partition = self.txn_coordinator.partition_for(key)
         else:
-            topic, partitions = OFFSETS_TOPIC, self.config.offsets_topic_num_partitions
+            topic, partitions = OFFSETS_TOPIC, config.offsets_topic_num_partitions
             factor_key = "offsets.topic.replication.factor"
-            replicas = self.config.offsets_topic_replication_factor
-            min_isr = self.config.min_insync_replicas
-            segment_bytes = self.config.offsets_topic_segment_bytes
+            replicas = config.offsets_topic_replication_factor
+            min_isr = config.min_insync_replicas
+            segment_bytes = config.offsets_topic_segment_bytes
             partition = self.group_coordinator.partition_for(key)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
         # The default factor (3) is capped at the brokers there are; one the operator set
         # is waited for, as Kafka does.
-        capped = factor_key not in dict(self.config.settings)
-        if not self.cluster.ensure_internal_topic(
+        capped = factor_key not in dict(config.settings)
+        if not self.topology.ensure_internal_topic(
             topic, partitions, replicas, configs, cap_at_brokers=capped, min_isr=min_isr
         ):
             return None
-        leader = self.cluster.cache.leader_of(topic, partition)
-        registration = self.cluster.cache.brokers.get(leader)
-        if registration is None:
+        leader = self.topology.partition_view(topic, partition).leader
+        if leader == NO_LEADER:
             return None
-        return leader, *registration.endpoint(listener or self.config.inter_broker_listener().name)
+        address = self.topology.endpoint(leader, listener or config.inter_broker_listener().name)
+        return None if address is None else (leader, *address)
 
     def coordinator_available(self, key_type: int, key: str) -> bool:
         """Whether the log partition behind a group (0) or transactional id (1) is online."""
@@ -427,45 +357,27 @@ class Broker:
     # ---- topics and partitions -------------------------------------------------------
 
     def has_partition(self, topic: str, partition: int) -> bool:
-        if self.cluster is not None:
-            return bool(self.cluster.cache.replicas_of(topic, partition))
-        return self.logs.get(topic, partition) is not None
+        return self.topology.has_partition(topic, partition)
 
     def topic_names(self) -> list[str]:
         """Every topic, the clients' first and the internal ones last (as Metadata lists)."""
-        if self.cluster is not None:
-            names = list(self.cluster.cache.topics)
-            internal = CLUSTER_INTERNAL_TOPICS
-        else:
-            names = list(self.logs.topics)
-            internal = frozenset(n for n, t in self.logs.topics.items() if t.internal)
-        return sorted(n for n in names if n not in internal) + sorted(
-            n for n in names if n in internal
-        )
+        return self.topology.topic_names()
 
     def topic_partition_count(self, name: str) -> int | None:
-        if self.cluster is not None:
-            meta = self.cluster.topic(name)
-            return None if meta is None else meta.partitions
-        info = self.logs.topics.get(name)
+        info = self.topology.topic(name)
         return None if info is None else info.partitions
 
     def _topic_size(self, name: str) -> tuple[uuid.UUID | None, int] | None:
         """A topic's id and partition count (the consumer protocol's assignments)."""
-        count = self.topic_partition_count(name)
-        return None if count is None else (self.topic_id(name), count)
+        info = self.topology.topic(name)
+        return None if info is None else (parse_topic_id(info.topic_id), info.partitions)
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         """The topic's id (KIP-516), None if there is no such topic. Made at creation and
         kept with the topic (its ZooKeeper assignment on a cluster, the topics file alone),
         so it survives restarts and changes when a topic of the same name is recreated."""
-        if self.cluster is not None:
-            meta = self.cluster.topic(name)
-            text = None if meta is None else meta.topic_id
-        else:
-            info = self.logs.topics.get(name)
-            text = None if info is None else info.topic_id
-        return parse_topic_id(text)
+        info = self.topology.topic(name)
+        return None if info is None else parse_topic_id(info.topic_id)
 
     def topics_by_id(self) -> dict[uuid.UUID, str]:
         """Every topic's name by its id."""
@@ -485,50 +397,28 @@ class Broker:
         return self._names_by_id.get(topic_id)
 
     def topic_configs(self, name: str) -> dict[str, str] | None:
-        if self.cluster is not None:
-            meta = self.cluster.topic(name)
-            return None if meta is None else dict(meta.configs)
-        info = self.logs.topics.get(name)
+        info = self.topology.topic(name)
         return None if info is None else dict(info.configs)
 
     def nodes(self, listener: str | None = None) -> list[tuple[int, str, int]]:
         """(id, host, port) of every live broker, the addresses being those of `listener`
         (the one a client came in on; default: the inter-broker listener)."""
-        name = listener or self.config.inter_broker_listener().name
-        if self.cluster is not None:
-            return self.cluster.nodes(name)
-        advertised = self.config.advertised_listener_for(name)
-        return [(self.node_id, advertised.host, advertised.port)]
+        return self.topology.nodes(listener or self.config.inter_broker_listener().name)
 
     def controller_id(self) -> int:
-        return self.cluster.controller_id() if self.cluster is not None else self.node_id
+        return self.topology.controller_id()
 
     def partition_view(self, topic: str, partition: int) -> PartitionView:
-        if self.cluster is not None:
-            return self.cluster.partition_view(topic, partition)
-        # Alone: Kafka's view of a partition whose only replica is offline (its log
-        # failed) is no leader, LEADER_NOT_AVAILABLE, the replica listed as offline.
-        node = self.node_id
-        plog = self.logs.get(topic, partition)
-        if plog is not None and plog.offline is not None:
-            return PartitionView(ErrorCode.leader_not_available, -1, 0, (node,), (), (node,))
-        return PartitionView(ErrorCode.none, node, 0, (node,), (node,), ())
+        return self.topology.partition_view(topic, partition)
 
     def leader_log(self, topic: str, partition: int) -> PartitionLog:
         """The log a client reads or writes: the local leader's (NOT_LEADER_OR_FOLLOWER if
         another broker leads, UNKNOWN_TOPIC_OR_PARTITION if there is no such partition)."""
-        if self.cluster is not None:
-            return self.cluster.leader_log(topic, partition)
-        plog = self.logs.get(topic, partition)
-        if plog is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
-        return plog
+        return self.topology.leader_log(topic, partition)
 
     def replicated(self, plog: PartitionLog) -> Partition | None:
-        """The partition's replication state on a cluster; None when the broker is alone."""
-        if self.cluster is None:
-            return None
-        return self.cluster.replicas.get(plog.topic, plog.partition)
+        """The partition's replication state; None when no replica follows it (alone)."""
+        return self.topology.replica(plog)
 
     async def create_topic(
         self,
@@ -554,20 +444,7 @@ class Broker:
                 return CreatedTopic(uuid.uuid4(), len(assignment), len(assignment[0]))
             assign_replicas(partitions, rf, [node for node, _, _ in self.nodes()], start=0)
             return CreatedTopic(uuid.uuid4(), partitions, rf)
-        if self.cluster is not None:
-            meta = await self.cluster.create_topic(name, partitions, rf, configs or {}, assignment)
-            factor = len(next(iter(meta.assignment.values())))
-            return CreatedTopic(uuid.UUID(meta.topic_id), meta.partitions, factor)
-        if rf != 1 or (
-            assignment is not None and any(r != [self.node_id] for r in assignment.values())
-        ):
-            raise KafkaError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor {rf} is larger than the 1 available broker",
-            )
-        count = partitions if assignment is None else len(assignment)
-        info = self.logs.create_topic(name, count, configs)
-        return CreatedTopic(uuid.UUID(info.topic_id), count, 1)
+        return await self.topology.create_topic(name, partitions, rf, configs or {}, assignment)
 
     async def create_partitions(
         self, name: str, total: int, assignments: list[list[int]] | None, validate_only: bool
@@ -576,23 +453,7 @@ class Broker:
             raise KafkaError(
                 ErrorCode.invalid_request, f"the partitions of internal topic '{name}' are fixed"
             )
-        if self.cluster is not None:
-            await self.cluster.create_partitions(name, total, assignments, validate_only)
-            return
-        count = self.topic_partition_count(name)
-        if count is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
-        if total <= count:
-            raise KafkaError(
-                ErrorCode.invalid_partitions,
-                partition_count_message(count, total),
-            )
-        if assignments is not None and any(r != [self.node_id] for r in assignments):
-            raise KafkaError(
-                ErrorCode.invalid_replica_assignment, f"only broker {self.node_id} exists"
-            )
-        if not validate_only:
-            self.logs.add_partitions(name, total)
+        await self.topology.create_partitions(name, total, assignments, validate_only)
 
     async def alter_topic_configs(
         self,
@@ -603,73 +464,40 @@ class Broker:
         """Replace a topic's overrides with `change(current)`, checked as Kafka checks them:
         INVALID_CONFIG before UNKNOWN_TOPIC_OR_PARTITION. On a cluster the new overrides go
         to ZooKeeper and every broker applies them from its watch."""
-        if self.cluster is not None:
-            await self.cluster.alter_topic_configs(name, change, validate_only)
-            return
-        current = self.topic_configs(name)
-        configs = change(current or {})
-        self.log_config(configs)
-        if current is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
-        if not validate_only:
-            self.logs.update_topic_configs(name, configs)
+        await self.topology.alter_topic_configs(name, change, validate_only)
 
-    def _check_auto_create(self, name: str) -> None:
+    async def auto_create_topic(self, name: str) -> None:
         """Kafka's auto.create.topics.enable, never for internal topics; logs the creation."""
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
         log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
-
-    async def auto_create_topic(self, name: str) -> None:
-        self._check_auto_create(name)
         await self.create_topic(name, self.config.num_partitions)
 
     async def delete_topic(self, name: str) -> None:
         if name in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.invalid_topic_exception, f"'{name}' is internal")
-        if self.cluster is not None:
-            await self.cluster.delete_topic(name)
-            return
-        await self.flusher.barrier()  # no fsync may run on files about to be closed
-        self.logs.delete_topic(name)
+        await self.topology.delete_topic(name)
 
     def log_for_produce(self, topic: str, partition: int) -> PartitionLog:
-        if self.cluster is not None:
-            return self.cluster.leader_log(topic, partition)  # no auto-creation, as Kafka
-        plog = self.logs.get(topic, partition)
-        if plog is not None:
-            return plog
-        if topic not in self.logs.topics:
-            validate_topic_name(topic)
-            self._check_auto_create(topic)
-            self.logs.create_topic(topic, self.config.num_partitions)
-            plog = self.logs.get(topic, partition)
-        if plog is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{partition}")
-        return plog
+        return self.topology.log_for_produce(topic, partition)
 
     # ---- appends and visibility ------------------------------------------------------
 
     def appended(self, plog: PartitionLog) -> None:
-        """After any append: schedule the group commit; wake fetches if already visible."""
+        """After any append: schedule the group commit, wake the followers' fetches, and
+        consumers' too when the high watermark moved."""
         self.flusher.mark(plog)
-        if self.cluster is not None:
-            self.replica_purgatory.notify((plog.topic, plog.partition))
-            partition = self.cluster.replicas.get(plog.topic, plog.partition)
-            if partition is not None and partition.maybe_advance_high_watermark():
-                self.purgatory.notify((plog.topic, plog.partition))
-        elif not plog.config.durable:
-            self.purgatory.notify((plog.topic, plog.partition))
+        key = (plog.topic, plog.partition)
+        self.replica_purgatory.notify(key)
+        if self.topology.appended(plog):
+            self.purgatory.notify(key)
 
     def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
         return self.flusher.durable(plog, offset)
 
     def _flushed(self, plog: PartitionLog) -> None:
-        if self.cluster is not None:
-            partition = self.cluster.replicas.get(plog.topic, plog.partition)
-            if partition is None or not partition.maybe_advance_high_watermark():
-                return
-        self.purgatory.notify((plog.topic, plog.partition))
+        if self.topology.flushed(plog):
+            self.purgatory.notify((plog.topic, plog.partition))
 
     def follower_fetched(
         self, plog: PartitionLog, replica: int, fetch_offset: int, log_start_offset: int = -1
@@ -677,20 +505,13 @@ class Broker:
         """A follower's fetch: it holds what is below fetch_offset (durably, in durable
         mode) and its log starts at log_start_offset; the high watermark may move and wake
         consumers and acks=all producers, the low watermark complete DeleteRecords."""
-        if self.cluster is None:
-            return
-        partition = self.cluster.replicas.get(plog.topic, plog.partition)
-        if partition is not None and self.cluster.replicas.follower_fetched(
-            partition, replica, fetch_offset, log_start_offset if log_start_offset >= 0 else None
-        ):
+        start = log_start_offset if log_start_offset >= 0 else None
+        if self.topology.follower_fetched(plog, replica, fetch_offset, start):
             self.purgatory.notify((plog.topic, plog.partition))
 
     def check_replicas(self, plog: PartitionLog, acks: int) -> None:
-        """acks=all on a cluster: refused before the append when the ISR is too small."""
-        if acks == -1 and self.cluster is not None:
-            partition = self.cluster.replicas.get(plog.topic, plog.partition)
-            if partition is not None:
-                partition.check_enough_replicas(partition.min_insync_replicas)
+        """acks=all: refused before the append when the ISR is too small."""
+        self.topology.check_replicas(plog, acks)
 
     def acknowledgement(
         self, plog: PartitionLog, last_offset: int, acks: int, timeout_ms: int
@@ -698,12 +519,7 @@ class Broker:
         """What a produce response waits for: nothing (acks=0/1), the fsync of this
         replica (acks=all, alone) or the high watermark, which in durable mode means the
         disk of every in-sync replica (acks=all, on a cluster)."""
-        if acks != -1:
-            return None
-        partition = self.replicated(plog)
-        if partition is None:
-            return self.flusher.durable(plog, last_offset) if plog.config.durable else None
-        return replication_answer(partition, last_offset, timeout_ms)
+        return self.topology.acknowledgement(plog, last_offset, acks, timeout_ms, self.durable)
 
     def last_stable_offset(self, plog: PartitionLog) -> int:
         return plog.last_stable_offset
@@ -723,19 +539,13 @@ class Broker:
         written: list[tuple[PartitionLog, int]] = []
         remote: dict[int, list[tuple[str, int]]] = {}
         for topic, partition in sorted(partitions):
-            if self.cluster is not None:
-                if not self.has_partition(topic, partition):
-                    continue  # the topic was deleted: nothing left to mark
-                leader = self.cluster.cache.leader_of(topic, partition)
-                if leader != self.node_id:
-                    remote.setdefault(leader, []).append((topic, partition))
-                    continue
-                plog = self.leader_log(topic, partition)  # else raise: the coordinator retries
-            else:
-                found = self.logs.get(topic, partition)
-                if found is None:
-                    continue  # the topic was deleted: nothing left to mark
-                plog = found
+            if not self.topology.has_partition(topic, partition):
+                continue  # the topic was deleted: nothing left to mark
+            leader = self.topology.partition_view(topic, partition).leader
+            if leader != self.node_id:
+                remote.setdefault(leader, []).append((topic, partition))
+                continue
+            plog = self.leader_log(topic, partition)  # else raise: the coordinator retries
             try:
                 result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
             except (OutOfSpace, LogOffline):
@@ -748,10 +558,9 @@ class Broker:
             self.appended(plog)
             written.append((plog, result.last_offset))
         if remote:
-            assert self.cluster is not None
             if written:
                 failpoint("txn.between_markers")
-            peers = self.cluster.peers
+            peers = self.topology.peers
             await asyncio.gather(
                 *(
                     peers.write(
@@ -800,12 +609,17 @@ class Broker:
             raise KafkaError(write_refusal(exc.code, support), exc.message) from exc
 
     def _coordinator_elsewhere(self, transactional_id: str | None) -> bool:
-        return (
-            self.cluster is not None
-            and transactional_id is not None
-            and self.txn_coordinator.coordinator_error(transactional_id)
-            is ErrorCode.not_coordinator
-        )
+        """Whether the id's coordinator is another (live) broker, to be asked over the wire."""
+        if transactional_id is None:
+            return False
+        error = self.txn_coordinator.coordinator_error(transactional_id)
+        if error is not ErrorCode.not_coordinator:
+            return False
+        return self._txn_coordinator_node(transactional_id) not in (self.node_id, NO_LEADER)
+
+    def _txn_coordinator_node(self, transactional_id: str) -> int:
+        txn_partition = self.txn_coordinator.partition_for(transactional_id)
+        return self.topology.partition_view(TXN_TOPIC, txn_partition).leader
 
     def _check_answer(
         self,
@@ -897,11 +711,9 @@ class Broker:
                 transactional_id, producer_id, producer_epoch, partitions, client_version=2
             )
             return dict.fromkeys(partitions, error)
-        assert self.cluster is not None
-        txn_partition = self.txn_coordinator.partition_for(transactional_id)
-        coordinator = self.cluster.cache.leader_of(TXN_TOPIC, txn_partition)
+        coordinator = self._txn_coordinator_node(transactional_id)
         try:
-            return await self.cluster.peers.verify(
+            return await self.topology.peers.verify(
                 coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add
             )
         except KafkaError as exc:
@@ -956,21 +768,6 @@ class Broker:
                 )
 
 
-@dataclasses.dataclass(frozen=True)
-class RemoteVerification(Exception):
-    """A transactional write whose coordinator is another broker: the caller asks it
-    (`Broker.ask_coordinator`) and appends again with the answer."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    topic: str
-    partition: int
-    markers_before: int | None  # the producer's markers here when asked; None: unguarded
-    add: bool = False  # transaction version 2: add the partition, not only verify it
-    error: ErrorCode = ErrorCode.none
-
-
 class _OffsetsTopicLog:
     """The OffsetsLog the group coordinator persists through."""
 
@@ -1005,45 +802,3 @@ class _TxnTopicLog:
         for entry in self._broker.read_internal(TXN_TOPIC, partition):
             if entry.control is None:
                 yield entry.key, entry.value
-
-
-def replication_answer(
-    partition: Partition, last_offset: int, timeout_ms: int
-) -> asyncio.Future[None]:
-    """Done when the high watermark passes last_offset with enough replicas in sync;
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
-    REQUEST_TIMED_OUT after the request's timeout (the records may still be committed)."""
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[None] = loop.create_future()
-    inner = partition.wait_replicated(last_offset)
-
-    def replicated(done: asyncio.Future[None]) -> None:
-        if done.cancelled():
-            return  # timed out: the answer went already
-        exc = done.exception()  # read even when answered, so asyncio never logs it
-        if answer.done():
-            return
-        if exc is not None:
-            fail_future(answer, exc)
-        elif len(partition.isr) < partition.min_insync_replicas:
-            fail_future(
-                answer,
-                KafkaError(
-                    ErrorCode.not_enough_replicas_after_append,
-                    f"{partition.log.name}: the ISR shrank below min.insync.replicas",
-                ),
-            )
-        else:
-            answer.set_result(None)
-
-    def timed_out() -> None:
-        if not answer.done():
-            error = KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
-            fail_future(answer, error)
-        inner.cancel()  # the partition drops cancelled waiters
-
-    inner.add_done_callback(replicated)
-    if timeout_ms > 0:
-        handle = loop.call_later(timeout_ms / 1000, timed_out)
-        answer.add_done_callback(lambda _: handle.cancel())
-    return answer

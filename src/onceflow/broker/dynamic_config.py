@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from onceflow.cluster.zk_store import ZkMetadataStore
 from onceflow.cluster.znodes import (
@@ -28,12 +28,9 @@ from onceflow.cluster.znodes import (
     decode_config,
     encode_topic_config,
 )
-from onceflow.config import ConfigError
+from onceflow.config import BrokerConfig, ConfigError
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.storage.fs import FileSystem
-
-if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -147,17 +144,24 @@ class ZkDynamicConfigStore:
 
 
 class DynamicBrokerConfig:
-    """The static config, the two dynamic entities on it, and the broker they configure."""
+    """The static config and the two dynamic entities on it; `on_change` gets the config
+    they make whenever it is rebuilt."""
 
-    def __init__(self, broker: Broker, store: DynamicConfigStore) -> None:
-        self.broker = broker
-        self.static = broker.config
+    def __init__(
+        self,
+        static: BrokerConfig,
+        store: DynamicConfigStore,
+        on_change: Callable[[BrokerConfig], None],
+    ) -> None:
+        self.static = static
+        self.node_id = static.node_id
         self.store = store
         self.entities: dict[str, Settings] = {}
+        self._on_change = on_change
 
     @property
     def own_entities(self) -> tuple[str, ...]:
-        return (DEFAULT_BROKER_ENTITY, str(self.broker.node_id))
+        return (DEFAULT_BROKER_ENTITY, str(self.node_id))
 
     @staticmethod
     def entity(resource_name: str) -> str:
@@ -174,7 +178,7 @@ class DynamicBrokerConfig:
         layers = {**self.entities, entity: settings}
         try:
             self.static.with_dynamic(
-                layers.get(DEFAULT_BROKER_ENTITY, {}), layers.get(str(self.broker.node_id), {})
+                layers.get(DEFAULT_BROKER_ENTITY, {}), layers.get(str(self.node_id), {})
             )
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_request, str(exc)) from exc
@@ -201,15 +205,12 @@ class DynamicBrokerConfig:
             self._rebuild()
 
     def _rebuild(self) -> None:
-        broker = self.broker
         try:
-            broker.config = self.static.with_dynamic(
+            config = self.static.with_dynamic(
                 self.entities.get(DEFAULT_BROKER_ENTITY, {}),
-                self.entities.get(str(broker.node_id), {}),
+                self.entities.get(str(self.node_id), {}),
             )
         except ConfigError as exc:  # written by another tool: keep the last good config
             log.warning("dynamic broker configs not applied: %s", exc)
             return
-        broker.logs.refresh_configs()
-        if broker.cluster is not None:
-            broker.cluster.replicas.refresh_configs()
+        self._on_change(config)

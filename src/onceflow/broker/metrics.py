@@ -27,8 +27,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from onceflow.broker.handlers.base import RawBody
 from onceflow.broker.metrics_state import BrokerStateCollector
+from onceflow.broker.responses import RawBody
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 

@@ -16,7 +16,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
-from onceflow.replication.partition import Role
 from onceflow.storage.partition_log import PartitionLog
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ class BrokerStateCollector(Collector):
             "1 if this broker leads the partition (always, on a single broker), 0 for a follower.",
             _PARTITION,
         )
-        replicas = broker.cluster.replicas if broker.cluster is not None else None
+        topology = broker.topology
         for plog in broker.logs:
             if plog.deleted:
                 continue
@@ -125,32 +124,15 @@ class BrokerStateCollector(Collector):
             open_txns.add_metric(labels, len(plog.producer_state.ongoing))
             producers.add_metric(labels, len(plog.producer_state.producers))
             size.add_metric(labels, plog.size_bytes)
-            replica = replicas.get(plog.topic, plog.partition) if replicas is not None else None
-            leads = replicas is None or (replica is not None and replica.role is Role.LEADER)
-            leader.add_metric(labels, 1 if leads else 0)
+            leader.add_metric(labels, 1 if topology.leads(plog) else 0)
         yield from (hw, leo, lso, lag, lag_s, open_txns, producers, size, leader)
 
     def _replication(self) -> Iterator[Metric]:
         broker = self._broker
-        cluster = broker.cluster
-        under = offline = shrinks = expands = 0
-        offline_keys = {(p.topic, p.partition) for p in broker.logs if p.offline is not None}
-        controller = 1
-        if cluster is not None:
-            for partition in cluster.replicas.partitions.values():
-                if partition.role is Role.LEADER and len(partition.isr) < len(
-                    partition.state.replicas
-                ):
-                    under += 1
-            cache = cluster.cache
-            offline_keys.update(
-                (topic, index)
-                for topic, index, _ in cache.partitions()
-                if cache.leader_of(topic, index) < 0
-            )
-            shrinks, expands = cluster.replicas.isr_shrinks, cluster.replicas.isr_expands
-            controller = 1 if cluster.controller.active else 0
-        offline = len(offline_keys)
+        summary = broker.topology.replication_summary()
+        under, offline = summary.under_replicated, len(summary.offline)
+        shrinks, expands = summary.isr_shrinks, summary.isr_expands
+        controller = 1 if summary.active_controller else 0
         yield GaugeMetricFamily(
             "onceflow_connections", "Open client and broker connections.", len(broker.connections)
         )

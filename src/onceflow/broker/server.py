@@ -19,13 +19,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.authentication import AuthState, ConnectionAuth, IllegalSaslState
-from onceflow.broker.handlers.base import (
-    Deferred,
-    Handler,
-    NoResponse,
-    RawBody,
-    RequestContext,
-)
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.responses import Deferred, NoResponse, RawBody
 from onceflow.errors import KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey, is_supported

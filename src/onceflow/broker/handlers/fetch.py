@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.broker.handlers import authz
-from onceflow.broker.handlers.base import RawBody, RequestContext
+from onceflow.broker.handlers.base import RequestContext
+from onceflow.broker.responses import RawBody
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.security.acl import AclOperation, ResourceType

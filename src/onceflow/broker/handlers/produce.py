@@ -19,11 +19,12 @@ import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from onceflow.broker.broker import RemoteVerification
 from onceflow.broker.handlers import authz
-from onceflow.broker.handlers.base import NO_RESPONSE, Deferred, RequestContext
+from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.fetch import LEADER_MOVED, current_leader, node_endpoints
+from onceflow.broker.responses import NO_RESPONSE, Deferred
 from onceflow.broker.topics import INTERNAL_TOPICS
+from onceflow.broker.verification import RemoteVerification
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec, txn_support
 from onceflow.protocol.txn_support import TxnSupport
@@ -234,7 +235,7 @@ def _denied_topics(ctx: RequestContext, topics: list[str | None]) -> frozenset[s
         return frozenset()
     names = {name for name in topics if name is not None}
     denied = authz.denied(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
-    if broker.cluster is None and broker.config.auto_create_topics_enable:
+    if broker.topology.produce_creates_topics:
         missing = [n for n in names - denied if broker.topic_partition_count(n) is None]
         if missing:
             denied |= authz.create_denied(ctx, missing)

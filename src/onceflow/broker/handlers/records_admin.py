@@ -120,9 +120,9 @@ def _delete_on_leader(ctx: RequestContext, key: Key, offset: int) -> _Result:
     except KafkaError as exc:
         return _Result(INVALID_LOW_WATERMARK, exc.code)
     partition = broker.replicated(plog)
-    if partition is None or broker.cluster is None:
+    if partition is None:
         return _Result(plog.log_start_offset, ErrorCode.none)
-    alive = broker.cluster.replicas.alive_brokers()
+    alive = broker.topology.alive_brokers()
     return _Result(
         partition.low_watermark(alive), ErrorCode.none, partition.wait_low_watermark(target, alive)
     )

@@ -85,13 +85,8 @@ def _missing(name: str) -> ErrorCode:
 
 def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
     """The topic's id; the zero id when it has none (a topic znode written without one)."""
-    broker = ctx.broker
-    if broker.cluster is not None:
-        meta = broker.cluster.topic(name)
-        text = "" if meta is None else meta.topic_id
-    else:
-        info = broker.logs.topics.get(name)
-        text = "" if info is None else info.topic_id
+    info = ctx.broker.topology.topic(name)
+    text = "" if info is None else info.topic_id
     try:
         return uuid.UUID(text)
     except ValueError:

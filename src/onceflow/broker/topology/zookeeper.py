@@ -1,8 +1,9 @@
-"""A broker as a member of a cluster: its ZooKeeper link, controller and replica manager,
-and the cluster's answers to what handlers ask (who leads, which brokers exist).
+"""A broker as one of a ZooKeeper-era cluster: its ZooKeeper link, controller, replica
+manager and peers, and the cluster's answers to what the broker asks (who leads, which
+brokers exist, what an acknowledgement waits for).
 
-Without `zookeeper.connect` none of this runs: the broker is alone and answers from its
-own logs, as it always did.
+Built from the broker's collaborators; the ZooKeeper session and everything bound to the
+event loop are made at `join`.
 """
 
 from __future__ import annotations
@@ -10,17 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
 
+from onceflow.broker.dynamic_config import DynamicBrokerConfig, ZkDynamicConfigStore
 from onceflow.broker.inter_broker import InterBroker
-from onceflow.broker.topics import partition_count_message
+from onceflow.broker.security import SecurityState
+from onceflow.broker.topics import CreatedTopic, partition_count_message
+from onceflow.broker.topology.base import (
+    PartitionView,
+    ReplicationSummary,
+    RoleListener,
+    TopicInfo,
+)
+from onceflow.clock import Clock
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.cluster.controller import Controller, ControllerSettings
 from onceflow.cluster.link import ClusterLink
 from onceflow.cluster.metadata import MetadataCache, TopicMetadata
 from onceflow.cluster.replica_manager import ReplicaManager, ReplicationSettings
+from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.cluster.zk_store import (
     MetadataStoreError,
     NoSuchTopic,
@@ -28,49 +37,77 @@ from onceflow.cluster.zk_store import (
     ZkMetadataStore,
 )
 from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration
-from onceflow.config import ConfigError
-from onceflow.errors import ErrorCode, KafkaError
-from onceflow.replication.fetcher import FetcherSettings
+from onceflow.config import BrokerConfig, ConfigError
+from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
+from onceflow.errors import ErrorCode, KafkaError, fail_future
+from onceflow.replication.fetcher import FetcherSettings, FollowerHost
 from onceflow.replication.partition import Partition, Role
+from onceflow.security.client_config import ClientSecurity
+from onceflow.storage.fs import FileSystem
+from onceflow.storage.log_manager import LogManager
+from onceflow.storage.meta_properties import read_cluster_id, write_meta_properties
 from onceflow.storage.partition_log import PartitionLog
-
-if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
 #: How long CreateTopics waits for the controller to elect the new partitions' leaders.
 CREATE_WAIT_S = 10.0
+#: The internal topics, whose replication factor is capped and min ISR set on creation.
+CLUSTER_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class ClusterStartupError(Exception):
     """ZooKeeper cannot be reached, or another broker has this broker.id."""
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionView:
-    """A partition as Metadata shows it."""
+class ZkTopology:
+    link: ClusterLink
+    replicas: ReplicaManager
+    controller: Controller
+    peers: InterBroker
 
-    error: ErrorCode
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    offline: tuple[int, ...]
+    def __init__(
+        self,
+        node_id: int,
+        config: Callable[[], BrokerConfig],
+        clock: Clock,
+        fs: FileSystem,
+        log_dir: str,
+        logs: LogManager,
+        *,
+        host: FollowerHost,
+        producer_ids: ProducerIdManager,
+        security: SecurityState,
+        dynamic_config: DynamicBrokerConfig,
+        inter_broker_security: ClientSecurity | None,
+        validate_configs: Callable[[Mapping[str, str]], object],
+    ) -> None:
+        self.node_id = node_id
+        self._config = config
+        self._clock = clock
+        self._fs = fs
+        self._log_dir = log_dir
+        self._logs = logs
+        self._host = host
+        self._producer_ids = producer_ids
+        self._security = security
+        self._dynamic_config = dynamic_config
+        self._inter_broker_security = inter_broker_security
+        self._validate_configs = validate_configs
+        self.internal_topics = CLUSTER_INTERNAL_TOPICS
+        self._creating: set[str] = set()  # internal topics being created
+        self._spawned: set[asyncio.Task[None]] = set()
 
-
-class ClusterMode:
-    def __init__(self, broker: Broker, internal_topics: frozenset[str]) -> None:
-        config = broker.config
-        self.broker = broker
-        self.config = config
+    def _build(self) -> None:
+        """Everything bound to the running loop and the ZooKeeper session."""
+        config = self._config()
         store = ZkMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
         inter = config.advertised_listener_for(config.inter_broker_listener().name)
         registration = BrokerRegistration(
-            broker.node_id,
+            self.node_id,
             inter.host,
             inter.port,
-            broker.clock.now_ms(),
+            self._clock.now_ms(),
             tuple(
                 (ad.name, config.security_protocol(ad.name), ad.host, ad.port)
                 for ad in config.effective_advertised_listeners()
@@ -79,8 +116,8 @@ class ClusterMode:
         self.link = ClusterLink(store, registration, asyncio.get_running_loop())
         self.replicas = ReplicaManager(
             self.link,
-            broker.logs,
-            broker,
+            self._logs,
+            self._host,
             ReplicationSettings(
                 lag_time_max_ms=config.replica_lag_time_max_ms,
                 fetcher=FetcherSettings(
@@ -89,30 +126,28 @@ class ClusterMode:
                     partition_max_bytes=config.replica_fetch_max_bytes,
                     backoff_ms=config.replica_fetch_backoff_ms,
                     socket_timeout_ms=config.replica_socket_timeout_ms,
-                    security=broker.inter_broker_security,
+                    security=self._inter_broker_security,
                 ),
             ),
-            broker.clock,
-            internal_topics,
+            self._clock,
+            self.internal_topics,
             self._min_isr,
         )
         self.controller = Controller(
             self.link,
-            broker.node_id,
+            self.node_id,
             ControllerSettings(
                 unclean_leader_election=config.unclean_leader_election_enable,
                 auto_leader_rebalance=config.auto_leader_rebalance_enable,
                 imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
                 imbalance_percent=config.leader_imbalance_per_broker_percentage,
             ),
-            broker.clock,
+            self._clock,
         )
-        self.internal_topics = internal_topics
-        self.peers = InterBroker(broker.node_id, self.link.cache, broker.inter_broker_security)
-        self._creating: set[str] = set()  # internal topics being created
+        self.peers = InterBroker(self.node_id, self.link.cache, self._inter_broker_security)
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
-        config = self.broker.config  # with the dynamic broker configs, which may change
+        config = self._config()  # with the dynamic broker configs, which may change
         if topic == "__transaction_state" and "min.insync.replicas" not in configs:
             return config.transaction_state_log_min_isr
         if "min.insync.replicas" not in configs:
@@ -126,43 +161,83 @@ class ClusterMode:
     def cache(self) -> MetadataCache:
         return self.link.cache
 
-    async def start(self, local_cluster_id: str | None) -> str:
-        """Join the cluster; return its id (refusing a data dir of another cluster)."""
-        timeout_s = self.config.zookeeper_connection_timeout_ms / 1000
+    # ---- lifecycle
+
+    def open(self) -> None:
+        pass  # a cluster's dynamic configs are in ZooKeeper, read at join
+
+    async def join(self) -> str:
+        """Register in ZooKeeper and take the cluster's id (ClusterStartupError if not):
+        refusing a data dir of another cluster. ACLs, credentials and dynamic configs then
+        come from ZooKeeper, where every broker sees every change."""
+        self._build()
+        config = self._config()
+        local = read_cluster_id(self._fs, self._log_dir)
+        timeout_s = config.zookeeper_connection_timeout_ms / 1000
         try:
             await asyncio.to_thread(self.link.start, timeout_s)
             cluster_id = await asyncio.to_thread(
-                self.link.store.cluster_id, local_cluster_id or uuid.uuid4().hex[:22]
+                self.link.store.cluster_id, local or uuid.uuid4().hex[:22]
             )
         except MetadataStoreError as exc:
             self.link.close()
             raise ClusterStartupError(str(exc)) from exc
-        if local_cluster_id is not None and local_cluster_id != cluster_id:
+        if local is not None and local != cluster_id:
             self.link.close()
             raise ClusterStartupError(
-                f"the data dir belongs to cluster {local_cluster_id}, but ZooKeeper at "
-                f"{self.config.zookeeper_connect} holds cluster {cluster_id}"
+                f"the data dir belongs to cluster {local}, but ZooKeeper at "
+                f"{config.zookeeper_connect} holds cluster {cluster_id}"
             )
+        if local is None:
+            write_meta_properties(self._fs, self._log_dir, cluster_id, self.node_id)
         log.info(
             "broker %d joined cluster %s through ZooKeeper at %s",
-            self.broker.node_id,
+            self.node_id,
             cluster_id,
-            self.config.zookeeper_connect,
+            config.zookeeper_connect,
         )
+        loop = asyncio.get_running_loop()
+        security_store = ZkSecurityStore(self.link.store, loop)
+        self._security.store = security_store
+        self._security.load()
+        security_store.watch(self._security.set_acls, self._security.set_credentials)
+        dynamic = ZkDynamicConfigStore(self.link.store, loop, self._dynamic_config.own_entities)
+        self._dynamic_config.store = dynamic
+        self._dynamic_config.load()
+        dynamic.watch(self._dynamic_config.set)
         return cluster_id
 
-    def start_replication(self) -> None:
-        """Take up this broker's replicas and stand for controller (after the flusher and
-        the role listeners are in place)."""
+    async def start_serving(self, on_role: RoleListener) -> None:
+        """Take up this broker's replicas and stand for controller (after the flusher).
+        A leadership's work (a coordinator's load) runs in the background."""
+        self.replicas.role_listeners.append(
+            lambda topic, partition, role, epoch: self._spawn(
+                on_role(topic, partition, role, epoch)
+            )
+        )
         self.replicas.start()
         self.controller.start()
-        self.broker.producer_ids.allocate_block = self._producer_id_block
+        self._producer_ids.allocate_block = self._producer_id_block
+
+    def _spawn(self, work: Awaitable[None] | None) -> None:
+        if work is None:
+            return
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("background task failed")
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
 
     def _producer_id_block(self, size: int) -> tuple[int, int]:
         """A block of producer ids from ZooKeeper (one compare-and-set per `size` ids; it
         blocks the loop for a round trip, as Kafka's controller did for its requester)."""
         try:
-            block = self.link.store.allocate_producer_ids(self.broker.node_id, size)
+            block = self.link.store.allocate_producer_ids(self.node_id, size)
         except Exception as exc:
             raise KafkaError(
                 ErrorCode.coordinator_not_available, f"no producer-id block from ZooKeeper: {exc}"
@@ -171,19 +246,20 @@ class ClusterMode:
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away, and wait (bounded) until it has."""
-        if not self.config.controlled_shutdown_enable:
+        config = self._config()
+        if not config.controlled_shutdown_enable:
             return
         try:
-            await asyncio.to_thread(self.link.store.enter_controlled_shutdown, self.broker.node_id)
+            await asyncio.to_thread(self.link.store.enter_controlled_shutdown, self.node_id)
         except Exception as exc:
             log.warning("controlled shutdown not possible: %s", exc)
             return
         # Kafka's attempts: each waits up to the retry backoff for the leadership to move;
         # an attempt in which nothing moved ends the wait (the controller cannot help).
         loop = asyncio.get_running_loop()
-        attempt_s = max(self.config.controlled_shutdown_retry_backoff_ms / 1000, 0.5)
+        attempt_s = max(config.controlled_shutdown_retry_backoff_ms / 1000, 0.5)
         remaining = self._leads_with_others()
-        for _ in range(self.config.controlled_shutdown_max_retries + 1):
+        for _ in range(config.controlled_shutdown_max_retries + 1):
             before = remaining
             deadline = loop.time() + attempt_s
             while remaining and loop.time() < deadline:
@@ -207,22 +283,83 @@ class ClusterMode:
         )
 
     async def stop(self) -> None:
+        if not hasattr(self, "link"):
+            return  # never joined
         self.peers.close()
         await self.controller.stop()
         await self.replicas.stop()
         await asyncio.to_thread(self.link.close)
 
-    # ---- what handlers ask -----------------------------------------------------------
+    # ---- metadata
 
     def nodes(self, listener: str) -> list[tuple[int, str, int]]:
         return sorted((b, *r.endpoint(listener)) for b, r in self.cache.brokers.items())
+
+    def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
+        registration = self.cache.brokers.get(node)
+        return None if registration is None else registration.endpoint(listener)
+
+    def topic_names(self) -> list[str]:
+        names = list(self.cache.topics)
+        internal = self.internal_topics
+        return sorted(n for n in names if n not in internal) + sorted(
+            n for n in names if n in internal
+        )
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return bool(self.cache.replicas_of(topic, partition))
+
+    def log_for_produce(self, topic: str, partition: int) -> PartitionLog:
+        return self.leader_log(topic, partition)  # no auto-creation, as Kafka
+
+    @property
+    def produce_creates_topics(self) -> bool:
+        return False
+
+    def replica(self, plog: PartitionLog) -> Partition | None:
+        return self.replicas.get(plog.topic, plog.partition)
+
+    def alive_brokers(self) -> frozenset[int]:
+        return frozenset(self.replicas.alive_brokers())
+
+    def leads(self, plog: PartitionLog) -> bool:
+        replica = self.replicas.get(plog.topic, plog.partition)
+        return replica is not None and replica.role is Role.LEADER
+
+    def replication_summary(self) -> ReplicationSummary:
+        under = sum(
+            1
+            for p in self.replicas.partitions.values()
+            if p.role is Role.LEADER and len(p.isr) < len(p.state.replicas)
+        )
+        cache = self.cache
+        offline = {(p.topic, p.partition) for p in self._logs if p.offline is not None}
+        offline.update(
+            (topic, index)
+            for topic, index, _ in cache.partitions()
+            if cache.leader_of(topic, index) < 0
+        )
+        return ReplicationSummary(
+            under,
+            frozenset(offline),
+            self.replicas.isr_shrinks,
+            self.replicas.isr_expands,
+            self.controller.active,
+        )
+
+    def refresh_configs(self) -> None:
+        self.replicas.refresh_configs()
 
     def controller_id(self) -> int:
         controller = self.cache.controller_id
         return controller if controller is not None else NO_LEADER
 
-    def topic(self, name: str) -> TopicMetadata | None:
-        return self.cache.topics.get(name)
+    def topic(self, name: str) -> TopicInfo | None:
+        meta = self.cache.topics.get(name)
+        if meta is None:
+            return None
+        internal = name in self.internal_topics
+        return TopicInfo(name, meta.topic_id, meta.partitions, dict(meta.configs), internal)
 
     def partition_view(self, topic: str, partition: int) -> PartitionView:
         cache = self.cache
@@ -246,7 +383,7 @@ class ClusterMode:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no {topic}-{index}")
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
-                f"broker {self.broker.node_id} does not lead {topic}-{index}",
+                f"broker {self.node_id} does not lead {topic}-{index}",
             )
         if partition.log.offline is not None:
             raise KafkaError(ErrorCode.kafka_storage_error, partition.log.offline)
@@ -256,6 +393,18 @@ class ClusterMode:
         return self.partition(topic, index).log
 
     async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        assignment: dict[int, list[int]] | None,
+    ) -> CreatedTopic:
+        meta = await self._write_topic(name, partitions, replication_factor, configs, assignment)
+        factor = len(next(iter(meta.assignment.values())))
+        return CreatedTopic(uuid.UUID(meta.topic_id), meta.partitions, factor)
+
+    async def _write_topic(
         self,
         name: str,
         partitions: int,
@@ -351,7 +500,7 @@ class ClusterMode:
 
         def checked(current: dict[str, str]) -> dict[str, str]:
             configs = change(current)
-            self.broker.log_config(configs)  # INVALID_CONFIG before anything is written
+            self._validate_configs(configs)  # INVALID_CONFIG before anything is written
             return configs
 
         store = self.link.store
@@ -422,11 +571,49 @@ class ClusterMode:
             return False
         self._creating.add(name)
         task = asyncio.get_running_loop().create_task(
-            self.create_topic(name, partitions, replication_factor, configs, wait=False)
+            self._write_topic(name, partitions, replication_factor, configs, wait=False)
         )
         task.add_done_callback(_log_creation(name))
         task.add_done_callback(lambda _: self._creating.discard(name))
         return False
+
+    # ---- appends
+
+    def appended(self, plog: PartitionLog) -> bool:
+        partition = self.replicas.get(plog.topic, plog.partition)
+        return partition is not None and partition.maybe_advance_high_watermark()
+
+    def flushed(self, plog: PartitionLog) -> bool:
+        return self.appended(plog)
+
+    def follower_fetched(
+        self, plog: PartitionLog, replica: int, fetch_offset: int, log_start_offset: int | None
+    ) -> bool:
+        partition = self.replicas.get(plog.topic, plog.partition)
+        return partition is not None and self.replicas.follower_fetched(
+            partition, replica, fetch_offset, log_start_offset
+        )
+
+    def check_replicas(self, plog: PartitionLog, acks: int) -> None:
+        if acks == -1:
+            partition = self.replicas.get(plog.topic, plog.partition)
+            if partition is not None:
+                partition.check_enough_replicas(partition.min_insync_replicas)
+
+    def acknowledgement(
+        self,
+        plog: PartitionLog,
+        last_offset: int,
+        acks: int,
+        timeout_ms: int,
+        durable: Callable[[PartitionLog, int], asyncio.Future[None]],
+    ) -> asyncio.Future[None] | None:
+        if acks != -1:
+            return None
+        partition = self.replicas.get(plog.topic, plog.partition)
+        if partition is None:
+            return durable(plog, last_offset) if plog.config.durable else None
+        return replication_answer(partition, last_offset, timeout_ms)
 
 
 def _log_creation(name: str) -> Callable[[asyncio.Task[TopicMetadata]], None]:
@@ -442,3 +629,45 @@ def _log_creation(name: str) -> Callable[[asyncio.Task[TopicMetadata]], None]:
             log.info("created internal topic %s", name)
 
     return done
+
+
+def replication_answer(
+    partition: Partition, last_offset: int, timeout_ms: int
+) -> asyncio.Future[None]:
+    """Done when the high watermark passes last_offset with enough replicas in sync;
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
+    REQUEST_TIMED_OUT after the request's timeout (the records may still be committed)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[None] = loop.create_future()
+    inner = partition.wait_replicated(last_offset)
+
+    def replicated(done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            return  # timed out: the answer went already
+        exc = done.exception()  # read even when answered, so asyncio never logs it
+        if answer.done():
+            return
+        if exc is not None:
+            fail_future(answer, exc)
+        elif len(partition.isr) < partition.min_insync_replicas:
+            fail_future(
+                answer,
+                KafkaError(
+                    ErrorCode.not_enough_replicas_after_append,
+                    f"{partition.log.name}: the ISR shrank below min.insync.replicas",
+                ),
+            )
+        else:
+            answer.set_result(None)
+
+    def timed_out() -> None:
+        if not answer.done():
+            error = KafkaError(ErrorCode.request_timed_out, f"{partition.log.name}: not replicated")
+            fail_future(answer, error)
+        inner.cancel()  # the partition drops cancelled waiters
+
+    inner.add_done_callback(replicated)
+    if timeout_ms > 0:
+        handle = loop.call_later(timeout_ms / 1000, timed_out)
+        answer.add_done_callback(lambda _: handle.cancel())
+    return answer
