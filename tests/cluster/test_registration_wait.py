@@ -26,7 +26,9 @@ WAITING = "waiting up to"
 JOIN_S = 60.0  # a bound on a hung test, never a measured time
 
 
-def moved(r: BrokerRegistration, host: str | None = None, port: int | None = None) -> BrokerRegistration:
+def moved(
+    r: BrokerRegistration, host: str | None = None, port: int | None = None
+) -> BrokerRegistration:
     return BrokerRegistration(
         r.broker_id, host or r.host, port or r.port, r.timestamp_ms + 1, r.endpoints
     )

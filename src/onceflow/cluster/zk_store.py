@@ -268,7 +268,7 @@ class ZkMetadataStore:
                 return
             changed = threading.Event()
             try:
-                held, stat = self._zk.get(path, watch=lambda _event: changed.set())
+                held, stat = self._zk.get(path, watch=lambda _event, woken=changed: woken.set())
             except NoNodeError:
                 continue  # expired between the two calls: register now
             if not left_by_earlier_run(bytes(held), registration):
