@@ -203,3 +203,18 @@ def test_closing_the_store_ends_the_wait(
     assert isinstance(thread.error, MetadataStoreError)
     assert not isinstance(thread.error, DuplicateBroker)
     end(old)
+
+
+def test_registering_again_in_the_same_session_is_no_duplicate(
+    zk: ZooKeeperEnsemble, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A create whose answer was lost, tried again: the znode is this session's own."""
+    connect = chroot(zk)
+    mine = registration(1)
+    store = started(connect)
+    caplog.set_level(logging.WARNING, logger="onceflow.cluster.zk_store")
+    store.register_broker(mine)
+    store.register_broker(mine, wait_s=JOIN_S)
+    assert not any(WAITING in r.getMessage() for r in caplog.records)
+    assert store.live_brokers() == {1: mine}
+    store.close()

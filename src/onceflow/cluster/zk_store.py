@@ -271,6 +271,9 @@ class ZkMetadataStore:
                 held, stat = self._zk.get(path, watch=lambda _event, woken=changed: woken.set())
             except NoNodeError:
                 continue  # expired between the two calls: register now
+            session = self._zk.client_id
+            if session is not None and stat.ephemeralOwner == session[0]:
+                return  # this session's own (a create whose answer was lost)
             if not left_by_earlier_run(bytes(held), registration):
                 raise DuplicateBroker(self._duplicate_message(registration.broker_id))
             if deadline is None:
