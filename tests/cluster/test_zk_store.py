@@ -5,6 +5,7 @@ loses a server."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import threading
@@ -83,8 +84,10 @@ def test_a_broker_is_registered_while_its_session_lives(zk: ZooKeeperEnsemble) -
     assert sorted(watcher.live_brokers()) == [1, 2]
     assert watcher.live_brokers()[2] == registration(2)
     duplicate = store(connect)
+    # Another address: with broker 1's own, it would wait (bounded) for an earlier run's
+    # session to expire first (test_registration_wait.py).
     with pytest.raises(DuplicateBroker, match=r"broker\.id 1 is already registered"):
-        duplicate.register_broker(registration(1))
+        duplicate.register_broker(dataclasses.replace(registration(1), port=9190))
     duplicate.close()  # else its client reconnects for ever once ZooKeeper stops
     a.close()
     assert sorted(watcher.live_brokers()) == [2]

@@ -232,6 +232,33 @@ class ClusterLink:
 
     # ---- the event loop --------------------------------------------------------------
 
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until `predicate()` holds; False if `timeout_s` passes first. It is checked
+        now and again after each change this link applies to the cache, once the listeners
+        registered before it (the replica manager, the controller) have reacted, so it may
+        read their state too: code on the event loop waits for ZooKeeper's news instead of
+        polling. An exception from `predicate` is raised here."""
+        if predicate():
+            return True
+        done: asyncio.Future[bool] = self._loop.create_future()
+
+        def check(_change: MetadataChange) -> None:
+            if done.done():
+                return
+            try:
+                if predicate():
+                    done.set_result(True)
+            except Exception as exc:
+                done.set_exception(exc)
+
+        self.listeners.append(check)
+        try:
+            return await asyncio.wait_for(done, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self.listeners.remove(check)
+
     def _apply(self, apply: Callable[[], MetadataChange | None]) -> None:
         change = apply()
         if change is None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +47,7 @@ from onceflow.cluster.znodes import (
     encode_cluster_id,
     encode_controller,
     encode_topic_config,
+    left_by_earlier_run,
     partition_state_path,
     shutting_down_path,
     topic_config_path,
@@ -90,9 +93,20 @@ class Election:
     epoch_version: int
 
 
+def registration_wait_s(session_timeout_ms: int) -> float:
+    """How long a restarted broker waits for its earlier run's registration to go. The old
+    session expires at most its timeout after its last heartbeat, rounded up by the server
+    to its next tick; a tick is at most half a session (ZooKeeper grants no session shorter
+    than two ticks), and the deletion then takes a moment to reach this broker."""
+    return session_timeout_ms * 1.5 / 1000 + 2.0
+
+
 class ZkMetadataStore:
     def __init__(self, connect: str, session_timeout_ms: int = 18_000) -> None:
         self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self._closing = threading.Event()
+        self._waiters: set[threading.Event] = set()  # woken by close()
         # Reconnect promptly after an outage (kazoo's default backs off up to an hour, which
         # would leave a broker unregistered long after ZooKeeper is back).
         retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0)
@@ -113,7 +127,11 @@ class ZkMetadataStore:
             self._zk.ensure_path(path)
 
     def close(self) -> None:
-        """End the session: this broker's ephemeral znodes go at once."""
+        """End the session: this broker's ephemeral znodes go at once. A registration
+        waiting for an earlier run's session gives up."""
+        self._closing.set()
+        for waiter in list(self._waiters):
+            waiter.set()
         with contextlib.suppress(Exception):
             self._zk.stop()
         self._zk.close()
@@ -231,16 +249,69 @@ class ZkMetadataStore:
 
     # ---- brokers ---------------------------------------------------------------------
 
-    def register_broker(self, registration: BrokerRegistration) -> None:
-        try:
-            self._zk.create(
-                broker_path(registration.broker_id), registration.encode(), ephemeral=True
-            )
-        except NodeExistsError as exc:
-            raise DuplicateBroker(
-                f"broker.id {registration.broker_id} is already registered in ZooKeeper at "
-                f"{self.connect}: another broker runs with the same id"
-            ) from exc
+    def register_broker(
+        self, registration: BrokerRegistration, *, wait_s: float | None = None
+    ) -> None:
+        """Create this broker's ephemeral registration; DuplicateBroker if a live broker
+        holds its id. Blocking: call it from a thread.
+
+        A registration with this broker's own address is its earlier run's, left by a
+        kill -9 or crash until ZooKeeper expires that session (`left_by_earlier_run`):
+        rather than make the operator wait that out by hand, log one line and watch the
+        znode until it goes, up to `wait_s` (by default `registration_wait_s` of the
+        session timeout)."""
+        path = broker_path(registration.broker_id)
+        deadline: float | None = None
+        while True:
+            with contextlib.suppress(NodeExistsError):
+                self._zk.create(path, registration.encode(), ephemeral=True)
+                return
+            changed = threading.Event()
+            try:
+                held, stat = self._zk.get(path, watch=lambda _event, woken=changed: woken.set())
+            except NoNodeError:
+                continue  # expired between the two calls: register now
+            session = self._zk.client_id
+            if session is not None and stat.ephemeralOwner == session[0]:
+                return  # this session's own (a create whose answer was lost)
+            if not left_by_earlier_run(bytes(held), registration):
+                raise DuplicateBroker(self._duplicate_message(registration.broker_id))
+            if deadline is None:
+                limit = registration_wait_s(self.session_timeout_ms) if wait_s is None else wait_s
+                deadline = time.monotonic() + limit
+                log.warning(
+                    "broker.id %d is still registered in ZooKeeper with this broker's address "
+                    "%s:%d, by an earlier run whose session 0x%x has not expired yet; waiting "
+                    "up to %.1f s for it to expire",
+                    registration.broker_id,
+                    registration.host,
+                    registration.port,
+                    stat.ephemeralOwner,
+                    limit,
+                )
+            self._waiters.add(changed)
+            try:
+                if not self._closing.is_set():
+                    changed.wait(max(deadline - time.monotonic(), 0.0))
+            finally:
+                self._waiters.discard(changed)
+            if self._closing.is_set():
+                raise MetadataStoreError(
+                    f"broker.id {registration.broker_id}: closed while waiting for an earlier "
+                    "run's registration to expire"
+                )
+            if not changed.is_set():
+                raise DuplicateBroker(
+                    f"{self._duplicate_message(registration.broker_id)} (its registration, "
+                    f"with this broker's address {registration.host}:{registration.port}, "
+                    "outlived the longest an earlier run's session could take to expire)"
+                )
+
+    def _duplicate_message(self, broker_id: int) -> str:
+        return (
+            f"broker.id {broker_id} is already registered in ZooKeeper at "
+            f"{self.connect}: another broker runs with the same id"
+        )
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         brokers = {}

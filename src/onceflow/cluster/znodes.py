@@ -143,6 +143,22 @@ class BrokerRegistration:
             raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc
 
 
+def left_by_earlier_run(held: bytes, mine: BrokerRegistration) -> bool:
+    """Whether the registration `held` under this broker's id is this broker's own, from a
+    run that died (kill -9, a crash) before ZooKeeper expired its session.
+
+    It is when it carries this broker's (advertised) inter-broker host and port: the broker
+    binds its listeners before it registers, so no other live broker can be serving that
+    address, and a misconfigured one that somehow is still makes the wait end, bounded, in
+    a refusal. A registration of another host or port, or one that cannot be read, may be
+    a live broker with the same id: refused at once."""
+    try:
+        holder = BrokerRegistration.decode(mine.broker_id, held)
+    except CorruptZnode:
+        return False
+    return (holder.host, holder.port) == (mine.host, mine.port)
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
