@@ -35,6 +35,7 @@ __all__ = [
     "invalid",
     "key",
     "keys_of",
+    "parse_checked",
     "render",
     "suggestion",
 ]

@@ -1,8 +1,9 @@
 """Topic-level keys and `TopicConfig`, a topic's effective configuration.
 
 Each topic key is declared once, as a `TopicConfig` field naming the broker key that supplies
-its default (retention.ms falls back to log.retention.ms). Its type, default, range check and
-synonyms are that broker key's, read from `LogKeys`: nothing about them is written here.
+its default (retention.ms falls back to log.retention.ms). Its default, parsing, range check
+and synonyms are that broker key's, read from `LogKeys`, so none is written twice; the field's
+annotation (which mypy needs) is checked against the broker attribute's at import.
 """
 
 from __future__ import annotations
