@@ -16,6 +16,10 @@ DescribeConfigs and the documentation rows all read those declarations. The modu
 * `properties`, `load`: reading server.properties; `dynamic`: IncrementalAlterConfigs'
   operations; `describe`: DescribeConfigs and the documentation rows.
 
+Adding a broker key is adding one `key(...)` field to the class of its concern; a topic-level
+key is one more `_topic(...)` field on `TopicConfig` naming the log.* key behind it (and, if
+storage acts on it, a `LogConfig` field); a check across keys is one rule in `broker.py`.
+
 This package imports nothing of Onceflow outside it, so every layer may use it.
 """
 
