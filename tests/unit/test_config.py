@@ -28,6 +28,9 @@ from onceflow.config import (
     load_broker_config,
     parse_properties,
 )
+from onceflow.config import server as config_server
+from onceflow.config.broker import BROKER_KEYS_BY_NAME
+from onceflow.config.topic import TOPIC_KEYS_BY_NAME
 
 HOUR_MS = 3_600_000
 
@@ -136,7 +139,7 @@ def test_config_docs_cover_every_attribute_once() -> None:
     keys = [doc.key for doc in CONFIG_DOCS]
     assert len(keys) == len(set(keys)) == len(BROKER_CONFIG_KEYS)
     assert all(doc.doc.strip() for doc in CONFIG_DOCS)
-    documented_attrs = {config_module._BROKER_BY_NAME[key].attr for key in keys}
+    documented_attrs = {BROKER_KEYS_BY_NAME[key].attr for key in keys}
     fields = {f.name for f in dataclasses.fields(BrokerConfig)} - {
         "settings",
         "listener_settings",
@@ -151,7 +154,7 @@ def test_config_docs_cover_every_attribute_once() -> None:
     topic_keys = [doc.key for doc in TOPIC_CONFIG_DOCS]
     assert sorted(topic_keys) == sorted(TOPIC_CONFIG_KEYS)
     topic_fields = {f.name for f in dataclasses.fields(TopicConfig)} - {"overrides"}
-    assert {config_module._TOPIC_BY_NAME[k].attr for k in topic_keys} == topic_fields
+    assert {TOPIC_KEYS_BY_NAME[k].attr for k in topic_keys} == topic_fields
 
 
 # --------------------------------------------------------------------------------------------
@@ -606,7 +609,7 @@ def test_listener_rendering() -> None:
 def test_advertised_defaults_to_listeners_with_hostname_for_wildcards(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(config_module, "_local_hostname", lambda: "myhost")
+    monkeypatch.setattr(config_server, "_local_hostname", lambda: "myhost")
     cfg = load(overrides={"listeners": "0.0.0.0:9092"})
     assert cfg.advertised_listeners == ()
     assert cfg.effective_advertised_listeners() == (Listener("myhost", 9092),)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from onceflow.config import AUTHORIZER_CLASS_NAMES
 from onceflow.errors import ErrorCode
 from onceflow.security.acl import (
     AccessControlEntry,
@@ -22,7 +23,6 @@ from onceflow.security.acl import (
     ResourceType,
 )
 from onceflow.security.authorizer import (
-    AUTHORIZER_CLASS_NAMES,
     Authorizer,
     decode_bindings,
     encode_bindings,

@@ -176,25 +176,7 @@ class Broker:
             topic = self.config.topic_config(overrides)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
-        policy = topic.cleanup_policy
-        return LogConfig(
-            segment_bytes=topic.segment_bytes,
-            segment_ms=topic.segment_ms,
-            index_interval_bytes=topic.index_interval_bytes,
-            segment_index_bytes=topic.segment_index_bytes,
-            retention_ms=topic.retention_ms,
-            retention_bytes=topic.retention_bytes,
-            cleanup_delete="delete" in policy,
-            cleanup_compact="compact" in policy,
-            max_message_bytes=topic.max_message_bytes,
-            delete_retention_ms=topic.delete_retention_ms,
-            min_compaction_lag_ms=topic.min_compaction_lag_ms,
-            min_cleanable_dirty_ratio=topic.min_cleanable_dirty_ratio,
-            durable=self.config.onceflow_fsync_on_ack,
-            log_append_time=topic.message_timestamp_type == "LogAppendTime",
-            timestamp_after_max_ms=topic.message_timestamp_after_max_ms,
-            timestamp_before_max_ms=topic.message_timestamp_before_max_ms,
-        )
+        return LogConfig.from_topic(topic, durable=self.config.onceflow_fsync_on_ack)
 
     # ---- lifecycle -------------------------------------------------------------------
 

@@ -35,7 +35,6 @@ from onceflow.security.acl import (
 from onceflow.security.session import Session
 
 __all__ = [
-    "AUTHORIZER_CLASS_NAMES",
     "Authorizer",
     "decode_bindings",
     "encode_bindings",
@@ -44,17 +43,6 @@ __all__ = [
     "validate_binding",
     "validate_filter",
 ]
-
-#: `authorizer.class.name` values that mean the built-in authorizer, so an existing
-#: `server.properties` (ZooKeeper or KRaft era) works unchanged.
-AUTHORIZER_CLASS_NAMES = frozenset(
-    {
-        "kafka.security.authorizer.AclAuthorizer",
-        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "kafka.security.auth.SimpleAclAuthorizer",
-        "onceflow.security.authorizer.Authorizer",
-    }
-)
 
 _audit = logging.getLogger("onceflow.audit")
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from onceflow.clock import Clock
+from onceflow.config import BrokerConfig, TopicConfig
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.invariants import invariant
 from onceflow.records.batch import (
@@ -56,9 +57,12 @@ from onceflow.storage.segment import LogSegment
 log = logging.getLogger(__name__)
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+#: A topic with no overrides under the default broker config: where LogConfig's defaults come from.
+_TOPIC = TopicConfig()
+
 # How long a deleted or replaced segment's descriptors stay open (Kafka's
 # file.delete.delay.ms): a fetch response may still be streaming from them.
-FILE_DELETE_DELAY_MS = 60_000
+FILE_DELETE_DELAY_MS = _TOPIC.file_delete_delay_ms
 
 
 class SpaceAccount(Protocol):
@@ -70,24 +74,52 @@ class SpaceAccount(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """The per-topic settings storage acts on (Kafka's topic-level config keys)."""
+    """The per-topic settings storage acts on (Kafka's topic-level config keys).
 
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10 * 1024 * 1024
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
-    cleanup_delete: bool = True
-    cleanup_compact: bool = False
-    max_message_bytes: int = 1048588
-    delete_retention_ms: int = 24 * 3600 * 1000
-    min_compaction_lag_ms: int = 0
-    min_cleanable_dirty_ratio: float = 0.5
-    durable: bool = True  # answer acks=-1 and expose data only after fsync
-    log_append_time: bool = False  # message.timestamp.type=LogAppendTime
-    timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms
-    timestamp_before_max_ms: int = (1 << 63) - 1  # message.timestamp.before.max.ms
+    The defaults are a topic's without overrides under a default broker config, read from
+    `TopicConfig` so they are written only where the keys are declared; the broker builds one
+    per topic with `from_topic`.
+    """
+
+    segment_bytes: int = _TOPIC.segment_bytes
+    segment_ms: int = _TOPIC.segment_ms
+    index_interval_bytes: int = _TOPIC.index_interval_bytes
+    segment_index_bytes: int = _TOPIC.segment_index_bytes
+    retention_ms: int = _TOPIC.retention_ms
+    retention_bytes: int = _TOPIC.retention_bytes
+    cleanup_delete: bool = _TOPIC.delete_enabled
+    cleanup_compact: bool = _TOPIC.compact_enabled
+    max_message_bytes: int = _TOPIC.max_message_bytes
+    delete_retention_ms: int = _TOPIC.delete_retention_ms
+    min_compaction_lag_ms: int = _TOPIC.min_compaction_lag_ms
+    min_cleanable_dirty_ratio: float = _TOPIC.min_cleanable_dirty_ratio
+    durable: bool = BrokerConfig.onceflow_fsync_on_ack  # answer acks=-1, expose data after fsync
+    log_append_time: bool = _TOPIC.message_timestamp_type == "LogAppendTime"
+    timestamp_after_max_ms: int = _TOPIC.message_timestamp_after_max_ms
+    timestamp_before_max_ms: int = _TOPIC.message_timestamp_before_max_ms
+
+    @classmethod
+    def from_topic(cls, topic: TopicConfig, *, durable: bool) -> LogConfig:
+        """What storage needs of a topic's effective config; `durable` is the broker's
+        onceflow.fsync.on.ack, the one setting that is not per topic."""
+        return cls(
+            segment_bytes=topic.segment_bytes,
+            segment_ms=topic.segment_ms,
+            index_interval_bytes=topic.index_interval_bytes,
+            segment_index_bytes=topic.segment_index_bytes,
+            retention_ms=topic.retention_ms,
+            retention_bytes=topic.retention_bytes,
+            cleanup_delete=topic.delete_enabled,
+            cleanup_compact=topic.compact_enabled,
+            max_message_bytes=topic.max_message_bytes,
+            delete_retention_ms=topic.delete_retention_ms,
+            min_compaction_lag_ms=topic.min_compaction_lag_ms,
+            min_cleanable_dirty_ratio=topic.min_cleanable_dirty_ratio,
+            durable=durable,
+            log_append_time=topic.message_timestamp_type == "LogAppendTime",
+            timestamp_after_max_ms=topic.message_timestamp_after_max_ms,
+            timestamp_before_max_ms=topic.message_timestamp_before_max_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from onceflow.config.groups import GroupKeys
+from onceflow.config.kinds import MINUTE_MS
 
 # A member that has not finished its first join cannot heartbeat. Kafka times its parked
 # JoinGroup out after five minutes so defunct joiners cannot stall rebalances for ever.
@@ -22,20 +24,24 @@ MIGRATION_POLICIES: dict[str, tuple[bool, bool]] = {
 
 @dataclass(frozen=True, slots=True)
 class GroupCoordinatorConfig:
-    offsets_topic_num_partitions: int = 50
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    group_initial_rebalance_delay_ms: int = 3_000
-    group_max_size: int = 2**31 - 1
-    offsets_retention_ms: int = 7 * 24 * 60 * 60_000  # offsets.retention.minutes, in ms
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4_096
+    """The group settings the coordinator reads, defaulting to the broker keys' defaults
+    (declared once, in onceflow.config.groups); `from_broker_config` picks a broker's."""
+
+    offsets_topic_num_partitions: int = GroupKeys.offsets_topic_num_partitions
+    group_min_session_timeout_ms: int = GroupKeys.group_min_session_timeout_ms
+    group_max_session_timeout_ms: int = GroupKeys.group_max_session_timeout_ms
+    group_initial_rebalance_delay_ms: int = GroupKeys.group_initial_rebalance_delay_ms
+    group_max_size: int = GroupKeys.group_max_size
+    # offsets.retention.minutes, in ms
+    offsets_retention_ms: int = GroupKeys.offsets_retention_minutes * MINUTE_MS
+    offsets_retention_check_interval_ms: int = GroupKeys.offsets_retention_check_interval_ms
+    offset_metadata_max_bytes: int = 4_096  # Kafka's offset.metadata.max.bytes (no key here)
     # The consumer protocol (KIP-848): Kafka's group.consumer.* settings.
-    consumer_session_timeout_ms: int = 45_000
-    consumer_heartbeat_interval_ms: int = 5_000
-    consumer_assignors: tuple[str, ...] = ("uniform", "range")
-    consumer_max_size: int = 2**31 - 1
-    consumer_migration_policy: str = "bidirectional"
+    consumer_session_timeout_ms: int = GroupKeys.group_consumer_session_timeout_ms
+    consumer_heartbeat_interval_ms: int = GroupKeys.group_consumer_heartbeat_interval_ms
+    consumer_assignors: tuple[str, ...] = GroupKeys.group_consumer_assignors
+    consumer_max_size: int = GroupKeys.group_consumer_max_size
+    consumer_migration_policy: str = GroupKeys.group_consumer_migration_policy
 
     def __post_init__(self) -> None:
         if self.consumer_migration_policy not in MIGRATION_POLICIES:
@@ -56,43 +62,19 @@ class GroupCoordinatorConfig:
         return MIGRATION_POLICIES[self.consumer_migration_policy][1]
 
     @classmethod
-    def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
-        """Pick the group settings out of a BrokerConfig (duck-typed: any object will do).
-
-        The first five are required; the rest fall back to Kafka's defaults when the broker
-        config does not define them.
-        """
-        defaults = cls()
+    def from_broker_config(cls, config: GroupKeys) -> GroupCoordinatorConfig:
+        """Pick the group settings out of a broker's config (its group keys)."""
         return cls(
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
             group_min_session_timeout_ms=config.group_min_session_timeout_ms,
             group_max_session_timeout_ms=config.group_max_session_timeout_ms,
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
-            group_max_size=getattr(config, "group_max_size", defaults.group_max_size),
-            offsets_retention_check_interval_ms=getattr(
-                config,
-                "offsets_retention_check_interval_ms",
-                defaults.offsets_retention_check_interval_ms,
-            ),
-            offset_metadata_max_bytes=getattr(
-                config, "offset_metadata_max_bytes", defaults.offset_metadata_max_bytes
-            ),
-            consumer_session_timeout_ms=getattr(
-                config, "group_consumer_session_timeout_ms", defaults.consumer_session_timeout_ms
-            ),
-            consumer_heartbeat_interval_ms=getattr(
-                config,
-                "group_consumer_heartbeat_interval_ms",
-                defaults.consumer_heartbeat_interval_ms,
-            ),
-            consumer_assignors=tuple(
-                getattr(config, "group_consumer_assignors", defaults.consumer_assignors)
-            ),
-            consumer_max_size=getattr(
-                config, "group_consumer_max_size", defaults.consumer_max_size
-            ),
-            consumer_migration_policy=getattr(
-                config, "group_consumer_migration_policy", defaults.consumer_migration_policy
-            ),
+            offsets_retention_ms=config.offsets_retention_minutes * MINUTE_MS,
+            group_max_size=config.group_max_size,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            consumer_assignors=tuple(config.group_consumer_assignors),
+            consumer_max_size=config.group_consumer_max_size,
+            consumer_migration_policy=config.group_consumer_migration_policy,
         )
