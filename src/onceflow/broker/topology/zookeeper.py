@@ -256,15 +256,12 @@ class ZkTopology:
             return
         # Kafka's attempts: each waits up to the retry backoff for the leadership to move;
         # an attempt in which nothing moved ends the wait (the controller cannot help).
-        loop = asyncio.get_running_loop()
         attempt_s = max(config.controlled_shutdown_retry_backoff_ms / 1000, 0.5)
         remaining = self._leads_with_others()
         for _ in range(config.controlled_shutdown_max_retries + 1):
             before = remaining
-            deadline = loop.time() + attempt_s
-            while remaining and loop.time() < deadline:
-                await asyncio.sleep(0.05)
-                remaining = self._leads_with_others()
+            await self.link.wait_for(lambda: self._leads_with_others() == 0, attempt_s)
+            remaining = self._leads_with_others()
             if not remaining:
                 log.info("controlled shutdown: leadership moved away")
                 return
@@ -437,12 +434,10 @@ class ZkTopology:
         return meta
 
     async def wait_for_leaders(self, name: str, partitions: int) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CREATE_WAIT_S
-        while loop.time() < deadline:
-            if all(self.cache.leader_of(name, p) != NO_LEADER for p in range(partitions)):
-                return
-            await asyncio.sleep(0.02)
+        await self.link.wait_for(
+            lambda: all(self.cache.leader_of(name, p) != NO_LEADER for p in range(partitions)),
+            CREATE_WAIT_S,
+        )
 
     async def create_partitions(
         self, name: str, total: int, new: list[list[int]] | None, validate_only: bool
@@ -518,23 +513,19 @@ class ZkTopology:
             ) from exc
         if validate_only:
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CREATE_WAIT_S
-        while loop.time() < deadline:
+
+        def applied() -> bool:
             meta = self.cache.topics.get(name)
-            if meta is None or meta.config_version >= version:
-                return
-            await asyncio.sleep(0.02)
+            return meta is None or meta.config_version >= version
+
+        await self.link.wait_for(applied, CREATE_WAIT_S)
 
     async def delete_topic(self, name: str) -> None:
         try:
             await asyncio.to_thread(self.link.store.delete_topic, name)
         except MetadataStoreError as exc:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, str(exc)) from exc
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CREATE_WAIT_S
-        while name in self.cache.topics and loop.time() < deadline:
-            await asyncio.sleep(0.02)
+        await self.link.wait_for(lambda: name not in self.cache.topics, CREATE_WAIT_S)
 
     def ensure_internal_topic(
         self,
