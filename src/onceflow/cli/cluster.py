@@ -55,6 +55,7 @@ from onceflow.cluster.zk_server import (
     require_zookeeper,
 )
 from onceflow.config import ConfigError, load_broker_config
+from onceflow.retry import Backoff, retry
 
 __all__ = [
     "BrokerSpec",
@@ -440,10 +441,12 @@ class LocalCluster:
     def wait_ready(self, broker: _Broker, deadline: float) -> None:
         """Until the broker answers ApiVersions; CliError if it exits or takes too long."""
         spec = broker.spec
-        assert broker.proc is not None
-        while True:
+        proc = broker.proc
+        assert proc is not None
+
+        def answers() -> bool:
             self.check_stop()
-            code = broker.proc.poll()
+            code = proc.poll()
             if code is not None:
                 raise CliError(
                     f"broker {spec.broker_id} exited with code {code} while starting: "
@@ -452,21 +455,21 @@ class LocalCluster:
             try:
                 connection = Connection(spec.host, spec.port, timeout_s=2.0)
             except CliError:
-                pass
-            else:
-                try:
-                    _ = connection.versions
-                    return
-                except CliError:
-                    pass
-                finally:
-                    connection.close()
-            if time.monotonic() > deadline:
-                raise CliError(
-                    f"broker {spec.broker_id} did not answer on {spec.address} within "
-                    f"{START_TIMEOUT_S:.0f} s (log: {spec.log})"
-                )
-            time.sleep(0.1)
+                return False
+            try:
+                _ = connection.versions
+                return True
+            except CliError:
+                return False
+            finally:
+                connection.close()
+
+        left_s = deadline - time.monotonic()
+        if not retry(answers, Backoff(0.1), retry_if=lambda ok: not ok, deadline_s=left_s):
+            raise CliError(
+                f"broker {spec.broker_id} did not answer on {spec.address} within "
+                f"{START_TIMEOUT_S:.0f} s (log: {spec.log})"
+            )
 
     def start(self) -> None:
         self.start_zookeeper()

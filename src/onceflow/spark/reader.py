@@ -54,6 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from onceflow.retry import Backoff, retry
 from onceflow.spark.access import (
     ACCESS_DENIED,
     ConnectionErrors,
@@ -299,10 +300,13 @@ class KafkaMetadata:
         keys = sorted(set(tps))
         if not keys:
             return {}
-        attempt = 0
+        attempts = 0
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
-        while True:
-            attempt += 1
+
+        def once() -> PartitionOffsets | None:
+            """The offsets, or None after a failure worth another attempt."""
+            nonlocal attempts
+            attempts += 1
             futures = self.admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in keys},
                 isolation_level=IsolationLevel.READ_COMMITTED,
@@ -326,10 +330,15 @@ class KafkaMetadata:
                 leaderless = code in LEADER_MOVING or code == KafkaError._NOENT
                 moving = leaderless and time.monotonic() < deadline
                 retriable = isinstance(err, KafkaError) and err.retriable()
-                if not moving and (not retriable or attempt >= LIST_OFFSETS_ATTEMPTS):
+                if not moving and (not retriable or attempts >= LIST_OFFSETS_ATTEMPTS):
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
                 self.close()  # a new client asks the cluster afresh who leads
-                time.sleep(LIST_OFFSETS_BACKOFF_S)
+                return None
+
+        # No limit here: once() raises when it gives up, by the two rules above.
+        offsets = retry(once, Backoff(LIST_OFFSETS_BACKOFF_S), retry_if=lambda got: got is None)
+        assert offsets is not None
+        return offsets
 
     def _raise_if_denied(self, err: object, what: str) -> None:
         """A denied operation or a refused login is a KafkaAccessError: never retried, and
