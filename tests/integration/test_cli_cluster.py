@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from onceflow.cli.cluster import pid_alive
 from onceflow.cli.common import CliError
 from onceflow.cli.kafka_wire import Cluster, Connection
+from onceflow.cluster.local import pid_alive
 from onceflow.cluster.zk_server import is_serving
 from onceflow.protocol.api_versions import ApiKey
 from tests.helpers.broker import die_with_parent

@@ -1,10 +1,11 @@
 """The source's readers driven directly against the broker, without Spark: planning,
-ranges that end in markers and aborted data, Arrow output, and latestOffset() called the
-way PySpark < 4.2 calls it (no start, no read limit)."""
+ranges that end in markers and aborted data, Arrow output, and latestOffset() with no read
+limit."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow.spark.options import parse_source_options
 from onceflow.spark.reader import (
@@ -58,8 +59,8 @@ def test_batch_reader_plans_one_range_per_non_empty_partition(kafka: Kafka) -> N
 
 
 def test_stream_reader_without_read_limits(kafka: Kafka) -> None:
-    """PySpark < 4.2 calls latestOffset() with no arguments; the reader then continues from
-    the end it returned last."""
+    """latestOffset() with ReadAllAvailable ends at the last stable offsets, batch after
+    batch."""
     t = kafka.topic(partitions=2)
     kafka.produce(t, [b"old"], partition=0)
     reader = OnceflowStreamReader(
@@ -67,13 +68,14 @@ def test_stream_reader_without_read_limits(kafka: Kafka) -> None:
     )
     start = reader.initialOffset()
     assert start == {t: {"0": 0, "1": 0}}
-    end = reader.latestOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
     assert end == {t: {"0": 1, "1": 0}}
     assert read_all(reader, reader.partitions(start, end)).column("value").to_pylist() == [b"old"]
     kafka.txn(t, {1: [b"new"]}, commit=True)
     kafka.wait_stable(t, 2)
-    nxt = reader.latestOffset()
+    nxt = reader.latestOffset(end, ReadAllAvailable())
     assert nxt == {t: {"0": 1, "1": 2}}
     assert reader.partitions(end, nxt) == [KafkaRange(t, 1, 0, 2)]
-    assert reader.latestOffset() == nxt  # nothing new: the same offsets, so no batch
+    # Nothing new: the same offsets, so no batch.
+    assert reader.latestOffset(nxt, ReadAllAvailable()) == nxt
     reader.stop()

@@ -253,9 +253,9 @@ def test_the_endpoint_serves_metrics_and_refuses_the_rest() -> None:
         try:
             return [
                 await _get(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-                await _get(port, b"HEAD /metrics HTTP/1.1\r\n\r\n"),
-                await _get(port, b"GET /other HTTP/1.1\r\n\r\n"),
-                await _get(port, b"POST /metrics HTTP/1.1\r\n\r\n"),
+                await _get(port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+                await _get(port, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n"),
+                await _get(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
                 await _get(port, b"nonsense\r\n\r\n"),
                 await _get(port, b"GET /metrics HTTP/1.1\r\nX: " + b"y" * 20_000 + b"\r\n\r\n"),
             ]
@@ -271,5 +271,6 @@ def test_the_endpoint_serves_metrics_and_refuses_the_rest() -> None:
     assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")
     assert missing.startswith(b"HTTP/1.1 404 ")
     assert post.startswith(b"HTTP/1.1 405 ")
-    assert bad.startswith(b"HTTP/1.1 400 ")
-    assert huge.startswith(b"HTTP/1.1 431 ")
+    # A request that cannot be parsed has no HTTP version to answer in: aiohttp says 1.0.
+    assert bad.split(b" ", 2)[1] == b"400"
+    assert huge.split(b" ", 2)[1] == b"431"

@@ -1,4 +1,4 @@
-"""The `/metrics` endpoint: a minimal HTTP/1.1 server on the broker's own event loop.
+"""The `/metrics` endpoint: aiohttp's low-level HTTP server on the broker's own event loop.
 
 Why on the loop rather than prometheus_client's `start_http_server` (a thread): a scrape
 reads the logs, producer states, coordinators and replica states, which only the loop
@@ -8,15 +8,22 @@ between two steps of the broker and needs no lock; it takes about a millisecond 
 thousand series. Rendering the text, three times as long, works on that snapshot alone, so
 it goes family by family, letting the loop serve requests in between: a scrape never holds
 the loop for more than one family's lines. One request per connection, then close.
+
+Why aiohttp's `web.Server` and not an `Application`: two paths need no router, and the
+protocol handler is ours to choose, so a request head too large is answered 431 and a
+malformed request 400, both without the traceback aiohttp logs for them (a port scanner's
+noise is no broker error).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterator
+from functools import partial
 
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -24,6 +31,7 @@ from prometheus_client.registry import Collector
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
+# A connection that has not sent a whole request head by then is closed.
 READ_TIMEOUT_S = 10.0
 # Prometheus's text format, which every Prometheus version scrapes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -33,57 +41,70 @@ async def start_metrics_server(
     registry: CollectorRegistry, host: str, port: int, *, start_serving: bool = True
 ) -> asyncio.Server:
     """Bind HOST:PORT (OSError if it cannot) and serve `registry` at /metrics."""
+    loop = asyncio.get_running_loop()
+    server = web.Server(partial(_answer, registry), loop=loop)
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await _answer(registry, reader, writer)
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
-            pass  # the scraper went away or sent nothing usable: nothing to answer
-        except asyncio.LimitOverrunError:
-            with contextlib.suppress(ConnectionError):
-                await _respond(writer, 431, "text/plain", b"request head too large\n")
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    def protocol() -> _Handler:
+        return _Handler(
+            server,
+            loop=loop,
+            keepalive_timeout=READ_TIMEOUT_S,
+            # No access log, as web.run_app(access_log=None): typed as a Logger only.
+            access_log=None,  # type: ignore[arg-type]
+            max_line_size=MAX_HEAD_BYTES,
+            max_field_size=MAX_HEAD_BYTES,
+        )
 
-    return await asyncio.start_server(
-        handle,
-        host or None,
-        port,
-        limit=MAX_HEAD_BYTES,
-        reuse_address=True,
-        start_serving=start_serving,
+    return await loop.create_server(
+        protocol, host or None, port, reuse_address=True, start_serving=start_serving
     )
 
 
-async def _answer(
-    registry: CollectorRegistry, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-        await _respond(writer, 400, "text/plain", b"bad request\n")
-        return
-    method, target = parts[0], parts[1]
-    path = target.split("?", 1)[0]
-    if method not in ("GET", "HEAD"):
-        await _respond(writer, 405, "text/plain", b"only GET\n", allow="GET, HEAD")
-        return
-    if path == "/":
-        await _respond(writer, 200, "text/plain", b"Onceflow broker metrics: /metrics\n")
-        return
-    if path != "/metrics":
-        await _respond(writer, 404, "text/plain", b"not found; try /metrics\n")
-        return
+class _Handler(web.RequestHandler):
+    """aiohttp's protocol handler, with its answers to requests it could not parse."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if isinstance(exc, LineTooLong):
+            return _response(431, b"request head too large\n")
+        if isinstance(exc, HttpProcessingError):
+            return _response(400, b"bad request\n")
+        return super().handle_error(request, status, exc, message)
+
+
+async def _answer(registry: CollectorRegistry, request: web.BaseRequest) -> web.StreamResponse:
+    if request.method not in ("GET", "HEAD"):
+        return _response(405, b"only GET\n", headers={"Allow": "GET, HEAD"})
+    if request.path == "/":
+        return _response(200, b"Onceflow broker metrics: /metrics\n")
+    if request.path != "/metrics":
+        return _response(404, b"not found; try /metrics\n")
     try:
         body = await render(registry)
     except Exception:
         log.exception("collecting metrics failed")
-        await _respond(writer, 500, "text/plain", b"collecting metrics failed\n")
-        return
-    await _respond(writer, 200, CONTENT_TYPE, body, head_only=method == "HEAD")
+        return _response(500, b"collecting metrics failed\n")
+    return _response(200, body, content_type=CONTENT_TYPE)
+
+
+def _response(
+    status: int,
+    body: bytes,
+    *,
+    content_type: str = "text/plain",
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """One answer, then the connection closes (aiohttp's HEAD answer has no body)."""
+    response = web.Response(
+        status=status, body=body, headers={**(headers or {}), "Content-Type": content_type}
+    )
+    response.force_close()
+    return response
 
 
 class _Collected(Collector):
@@ -105,36 +126,3 @@ async def render(registry: CollectorRegistry) -> bytes:
         parts.append(generate_latest(_Collected([family])))
         await asyncio.sleep(0)
     return b"".join(parts)
-
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-}
-
-
-async def _respond(
-    writer: asyncio.StreamWriter,
-    status: int,
-    content_type: str,
-    body: bytes,
-    *,
-    head_only: bool = False,
-    allow: str | None = None,
-) -> None:
-    headers = [
-        f"HTTP/1.1 {status} {_REASONS[status]}",
-        f"Content-Type: {content_type}",
-        f"Content-Length: {len(body)}",
-        "Connection: close",
-    ]
-    if allow is not None:
-        headers.append(f"Allow: {allow}")
-    writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1"))
-    if not head_only:
-        writer.write(body)
-    await writer.drain()

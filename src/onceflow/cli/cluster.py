@@ -11,9 +11,9 @@ SIGHUP. Then it stops the brokers (SIGTERM, SIGKILL after a timeout) and ZooKeep
 DIR/cluster.json says where everything is: ZooKeeper's connect string, PID and command, and
 for each broker its id, address, data dir, PID, log file and the exact argv that starts it
 again. The launcher never restarts a broker: kill one, start it again with its recorded
-command, and the launcher notices (by that exact argv in /proc, on Linux), records its new
-PID and stops it too at the end. Running again on the same DIR reuses the data, the ids and,
-when they are free, the ports.
+command, and the launcher notices (by that exact argv among the running processes), records
+its new PID and stops it too at the end. Running again on the same DIR reuses the data, the
+ids and, when they are free, the ports.
 
 The launcher's children run in sessions of their own, so a Ctrl-C in the terminal reaches the
 launcher alone, which stops them in order; they are killed if the launcher itself is killed.
@@ -41,6 +41,12 @@ from typing import Any, TextIO
 
 from onceflow.cli.common import CliError, key_value
 from onceflow.cli.kafka_wire import Connection
+from onceflow.cluster.local import (
+    CLUSTER_FILE,
+    pid_alive,
+    processes_running,
+    read_cluster_file,
+)
 from onceflow.cluster.zk_server import (
     ZooKeeperError,
     ZooKeeperServer,
@@ -49,9 +55,9 @@ from onceflow.cluster.zk_server import (
     require_zookeeper,
 )
 from onceflow.config import ConfigError, load_broker_config
+from onceflow.retry import Backoff, retry
 
 __all__ = [
-    "CLUSTER_FILE",
     "BrokerSpec",
     "assign_ports",
     "bootstrap_servers",
@@ -65,7 +71,6 @@ __all__ = [
 ]
 
 HOST = "127.0.0.1"
-CLUSTER_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
 BROKER_LOG = "broker.log"
 ZOOKEEPER_DIR = "zookeeper"
@@ -327,43 +332,6 @@ def free_port(host: str = HOST) -> int:
         return int(s.getsockname()[1])
 
 
-def processes_running(argv: Sequence[str]) -> list[int]:
-    """PIDs of live processes whose command line is exactly argv (Linux's /proc; elsewhere
-    none). A zombie has an empty command line, so it never matches."""
-    wanted = b"\0".join(a.encode() for a in argv) + b"\0"
-    found = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if f.read() == wanted:
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    """The process exists and is not a zombie waiting for its parent to reap it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in (b"Z", b"X")
-
-
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -473,10 +441,12 @@ class LocalCluster:
     def wait_ready(self, broker: _Broker, deadline: float) -> None:
         """Until the broker answers ApiVersions; CliError if it exits or takes too long."""
         spec = broker.spec
-        assert broker.proc is not None
-        while True:
+        proc = broker.proc
+        assert proc is not None
+
+        def answers() -> bool:
             self.check_stop()
-            code = broker.proc.poll()
+            code = proc.poll()
             if code is not None:
                 raise CliError(
                     f"broker {spec.broker_id} exited with code {code} while starting: "
@@ -485,21 +455,21 @@ class LocalCluster:
             try:
                 connection = Connection(spec.host, spec.port, timeout_s=2.0)
             except CliError:
-                pass
-            else:
-                try:
-                    _ = connection.versions
-                    return
-                except CliError:
-                    pass
-                finally:
-                    connection.close()
-            if time.monotonic() > deadline:
-                raise CliError(
-                    f"broker {spec.broker_id} did not answer on {spec.address} within "
-                    f"{START_TIMEOUT_S:.0f} s (log: {spec.log})"
-                )
-            time.sleep(0.1)
+                return False
+            try:
+                _ = connection.versions
+                return True
+            except CliError:
+                return False
+            finally:
+                connection.close()
+
+        left_s = deadline - time.monotonic()
+        if not retry(answers, Backoff(0.1), retry_if=lambda ok: not ok, deadline_s=left_s):
+            raise CliError(
+                f"broker {spec.broker_id} did not answer on {spec.address} within "
+                f"{START_TIMEOUT_S:.0f} s (log: {spec.log})"
+            )
 
     def start(self) -> None:
         self.start_zookeeper()
@@ -630,19 +600,10 @@ def _lock(root: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        previous = _read_previous(root)
+        previous = read_cluster_file(root)
         who = f" (launcher pid {previous.get('launcher_pid')})" if previous else ""
         raise CliError(f"a cluster is already running on {root}{who}") from None
     return fd
-
-
-def _read_previous(root: Path) -> dict[str, Any]:
-    """The last run's cluster.json, or {} when there is none or it is unreadable."""
-    try:
-        document = json.loads((root / CLUSTER_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def _previous_ports(
@@ -692,7 +653,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
     lock_fd = _lock(root)
     try:
-        previous = _read_previous(root)
+        previous = read_cluster_file(root)
         zk_before, brokers_before = _previous_ports(previous, brokers)
         explicit_brokers: list[int | None] = (
             [args.base_port + i for i in range(brokers)]

@@ -10,7 +10,7 @@ partition's offset unless the group is active and subscribed to its topic
 from __future__ import annotations
 
 import sys
-import time
+from typing import Any
 
 from onceflow.cli.common import CliError
 from onceflow.cli.group_reset import Tp, parse_topic_arg
@@ -18,6 +18,7 @@ from onceflow.cli.kafka_wire import Cluster, Connection, KafkaApiError, error_na
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
+from onceflow.retry import Backoff, retry
 
 __all__ = ["delete_offsets", "run_delete_offsets"]
 
@@ -33,6 +34,8 @@ _OUTCOME = {
         "Error: Deleting offsets of a consumer group '{}' is forbidden if the group is not empty."
     ),
 }
+# The coordinator moved or is loading the group: ask again (FindCoordinator first).
+_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
 _PARTITION_LEVEL = frozenset(
     {
         ErrorCode.group_subscribed_to_topic,
@@ -44,8 +47,8 @@ _PARTITION_LEVEL = frozenset(
 
 def _coordinator(cluster: Cluster, group: str) -> Connection:
     """The group's coordinator, waiting while it loads or is elected."""
-    deadline = time.monotonic() + cluster.timeout_s
-    while True:
+
+    def find() -> Any:
         connection = cluster.bootstrap
         version = connection.version_for(ApiKey.FIND_COORDINATOR)
         response = connection.call(
@@ -54,15 +57,17 @@ def _coordinator(cluster: Cluster, group: str) -> Connection:
             key_type=KEY_TYPE_GROUP,
             coordinator_keys=(group,),
         )
-        answer = response.coordinators[0] if version >= 4 else response
+        return response.coordinators[0] if version >= 4 else response
+
+    def waits(answer: Any) -> bool:
         error = int(answer.error_code)
-        if error == ErrorCode.none:
-            return cluster.node(int(answer.node_id))
-        if not ErrorCode(error).retriable or time.monotonic() >= deadline:
-            raise KafkaApiError(
-                error, f"cannot find the coordinator of group {group}: {error_name(error)}"
-            )
-        time.sleep(RETRY_BACKOFF_S)
+        return error != ErrorCode.none and ErrorCode(error).retriable
+
+    answer = retry(find, Backoff(RETRY_BACKOFF_S), retry_if=waits, deadline_s=cluster.timeout_s)
+    error = int(answer.error_code)
+    if error == ErrorCode.none:
+        return cluster.node(int(answer.node_id))
+    raise KafkaApiError(error, f"cannot find the coordinator of group {group}: {error_name(error)}")
 
 
 def _partitions(cluster: Cluster, topic_args: list[str]) -> tuple[list[Tp], dict[Tp, int]]:
@@ -108,18 +113,21 @@ def delete_offsets(
         )
         for topic, ps in by_topic.items()
     )
-    deadline = time.monotonic() + cluster.timeout_s
-    while True:
+
+    def delete() -> Any:
         connection = _coordinator(cluster, group)
         if api not in connection.versions:
             raise CliError(f"the broker at {connection.address} does not support OffsetDelete")
         request = build(request_type(api, version), group_id=group, topics=topics)
-        response = connection.call_at(api, version, request)
-        top = int(response.error_code)
-        retry = top in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress)
-        if not retry or time.monotonic() >= deadline:
-            break
-        time.sleep(RETRY_BACKOFF_S)
+        return connection.call_at(api, version, request)
+
+    response = retry(
+        delete,
+        Backoff(RETRY_BACKOFF_S),
+        retry_if=lambda answer: int(answer.error_code) in _MOVED,
+        deadline_s=cluster.timeout_s,
+    )
+    top = int(response.error_code)
     for topic in response.topics:
         for partition in topic.partitions:
             results[(topic.name, int(partition.partition_index))] = int(partition.error_code)

@@ -22,10 +22,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from onceflow.retry import Backoff, retry
 
 __all__ = [
     "DEFAULT_ZOOKEEPER_JAR",
@@ -317,8 +318,8 @@ class ZooKeeperServer:
     ) -> bool:
         """True once the server serves; False if `cancelled()` turned true first (checked
         every 0.1 s). ZooKeeperStartError if it exits or the timeout passes."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def serving() -> bool | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ZooKeeperStartError(
                     f"ZooKeeper server {self.server_id} exited with code {self.proc.returncode}",
@@ -329,7 +330,13 @@ class ZooKeeperServer:
                 return True
             if cancelled is not None and cancelled():
                 return False
-            time.sleep(0.1)
+            return None  # not yet
+
+        outcome = retry(
+            serving, Backoff(0.1), retry_if=lambda answer: answer is None, deadline_s=timeout
+        )
+        if outcome is not None:
+            return outcome
         raise ZooKeeperStartError(
             f"ZooKeeper server {self.server_id} is not serving on {self.address} after "
             f"{timeout:.0f} s",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from onceflow.demo.checks import Report, check_pipeline
 from onceflow.demo.generator import generate
 from onceflow.demo.job import BALANCES_TOPIC, CLEAN_SINK_ID, CLEAN_TOPIC, PAYMENTS_TOPIC
+from onceflow.retry import Backoff, retry
 
 if TYPE_CHECKING:
     from onceflow.demo.cluster import BrokerKill, DemoCluster
@@ -61,16 +62,15 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def connect() -> None:
         if proc.poll() is not None:
             raise SystemExit("the embedded broker exited at startup; see its log above")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the embedded broker did not start listening in time")
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+
+    try:
+        retry(connect, Backoff(0.1), retry_on=OSError, deadline_s=timeout)
+    except OSError:
+        raise SystemExit("the embedded broker did not start listening in time") from None
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -10,7 +10,6 @@ command line) and stops it with the others at the end.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from onceflow.cli.cluster import CLUSTER_FILE, pid_alive
 from onceflow.cli.common import CliError
 from onceflow.cli.kafka_wire import Cluster, Connection
+from onceflow.cluster.local import CLUSTER_FILE, pid_alive, read_cluster_file
 from onceflow.cluster.zk_server import ZooKeeperError, die_with_parent, require_zookeeper
 
 LAUNCH_TIMEOUT_S = 180.0
@@ -158,11 +157,7 @@ class DemoCluster:
     # ---- what cluster.json says --------------------------------------------------------
 
     def document(self) -> dict[str, Any]:
-        try:
-            document = json.loads((self.root / CLUSTER_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        return document if isinstance(document, dict) else {}
+        return read_cluster_file(self.root)
 
     @property
     def bootstrap(self) -> str:

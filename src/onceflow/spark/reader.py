@@ -21,10 +21,9 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-import pyspark
 from confluent_kafka import (
     Consumer,
     IsolationLevel,
@@ -38,6 +37,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -49,38 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-if TYPE_CHECKING:
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-else:
-    try:
-        from pyspark.sql.streaming.datasource import (
-            ReadAllAvailable,
-            ReadLimit,
-            ReadMaxRows,
-            SupportsTriggerAvailableNow,
-        )
-    except ImportError:  # PySpark < 4.2: Python sources have no read limits (admission control)
-
-        class ReadLimit:
-            pass
-
-        @dataclass
-        class ReadAllAvailable(ReadLimit):
-            pass
-
-        @dataclass
-        class ReadMaxRows(ReadLimit):
-            max_rows: int
-
-        class SupportsTriggerAvailableNow:
-            pass
-
-
+from onceflow.retry import Backoff, retry
 from onceflow.spark.access import (
     ACCESS_DENIED,
     ConnectionErrors,
@@ -117,10 +91,6 @@ __all__ = [
     "kafka_schema",
     "read_range",
 ]
-
-# PySpark 4.2 added read limits (admission control) and Trigger.AvailableNow for Python
-# streaming sources; earlier versions call latestOffset() without arguments.
-READ_LIMITS_SUPPORTED = hasattr(DataSourceStreamReader, "getDefaultReadLimit")
 
 # Kafka's own internal topics, which a pattern subscription never matches (as Kafka's
 # consumer with exclude.internal.topics=true).
@@ -330,10 +300,13 @@ class KafkaMetadata:
         keys = sorted(set(tps))
         if not keys:
             return {}
-        attempt = 0
+        attempts = 0
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
-        while True:
-            attempt += 1
+
+        def once() -> PartitionOffsets | None:
+            """The offsets, or None after a failure worth another attempt."""
+            nonlocal attempts
+            attempts += 1
             futures = self.admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in keys},
                 isolation_level=IsolationLevel.READ_COMMITTED,
@@ -357,10 +330,15 @@ class KafkaMetadata:
                 leaderless = code in LEADER_MOVING or code == KafkaError._NOENT
                 moving = leaderless and time.monotonic() < deadline
                 retriable = isinstance(err, KafkaError) and err.retriable()
-                if not moving and (not retriable or attempt >= LIST_OFFSETS_ATTEMPTS):
+                if not moving and (not retriable or attempts >= LIST_OFFSETS_ATTEMPTS):
                     raise RuntimeError(f"ListOffsets failed for {keys}: {exc}") from exc
                 self.close()  # a new client asks the cluster afresh who leads
-                time.sleep(LIST_OFFSETS_BACKOFF_S)
+                return None
+
+        # No limit here: once() raises when it gives up, by the two rules above.
+        offsets = retry(once, Backoff(LIST_OFFSETS_BACKOFF_S), retry_if=lambda got: got is None)
+        assert offsets is not None
+        return offsets
 
     def _raise_if_denied(self, err: object, what: str) -> None:
         """A denied operation or a refused login is a KafkaAccessError: never retried, and
@@ -494,18 +472,12 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             opts = parse_source_options(options)
             check_stream_source(opts)
             check_schema(schema, opts.include_headers)
-            if opts.max_offsets_per_trigger is not None and not READ_LIMITS_SUPPORTED:
-                raise OptionError(
-                    "option 'maxOffsetsPerTrigger' needs PySpark 4.2 or newer (read limits for "
-                    f"Python data sources); this is PySpark {pyspark.__version__}"
-                )
             self._opts = opts
         except OptionError as exc:
             self._error = exc
         self._meta: KafkaMetadata | None = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: dict[str, dict[str, int]] | None = None
-        self._last_end: PartitionOffsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -542,13 +514,9 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = self.meta.partitions(self.opts.subscription)
         self._target = self.meta.latest(tps)
 
-    def latestOffset(
-        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
-    ) -> dict[str, Any]:
-        # PySpark < 4.2 calls latestOffset() without arguments: the start is then the end
-        # this reader returned last (unknown right after a restart), and there is no limit.
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         opts = self.opts
-        begin = from_json_dict(start) if start is not None else dict(self._last_end or {})
+        begin = from_json_dict(start)
         lso = self._current_lso(begin)
         self._latest = to_json_dict(lso)
         end: PartitionOffsets = {}
@@ -566,7 +534,6 @@ class OnceflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = _cap_at_target(begin, end, self._target)
         if isinstance(limit, ReadMaxRows):
             end = _rate_limit(begin, end, limit.max_rows)
-        self._last_end = end
         return dict(to_json_dict(end))
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

@@ -58,6 +58,7 @@ from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_c
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
 from onceflow.records.builder import build_batch
+from onceflow.retry import Backoff, retry_async
 
 log = logging.getLogger(__name__)
 
@@ -727,8 +728,11 @@ class TransactionCoordinator:
 
         A marker write under way when the task is cancelled (an unload) is shielded and
         runs to its end: the broker then has nothing half done to clean up."""
-        backoff = RETRY_BACKOFF_S
-        while not self._closed and self._is_current(meta):
+
+        def served() -> bool:
+            return not self._closed and self._is_current(meta)
+
+        async def write_markers() -> bool:
             write = asyncio.ensure_future(
                 self._markers.write_markers(
                     meta.producer_id,
@@ -745,27 +749,35 @@ class TransactionCoordinator:
                 await asyncio.shield(write)
             except Exception as exc:
                 self._marker_failures.failed(meta.transactional_id, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
-                continue
-            self._marker_failures.succeeded()
-            self.markers_written["commit" if commit else "abort"] += len(meta.partitions)
-            break
-        failpoint("txn.before_complete")
+                return False
+            return True
+
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        backoff = RETRY_BACKOFF_S
-        while not self._closed and self._is_current(meta):
-            error = await self._transition(
+
+        async def complete() -> ErrorCode:
+            return await self._transition(
                 meta,
                 target,
                 partitions=frozenset(),
                 update_ms=self._clock.now_ms(),
                 **_rollover(meta),
             )
-            if error is ErrorCode.none:
-                return
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
+
+        # Read here, not at import: the tests shorten them.
+        backoff = Backoff(RETRY_BACKOFF_S, factor=2, max_s=MAX_RETRY_BACKOFF_S)
+        if served() and await retry_async(
+            write_markers, backoff, retry_if=lambda written: not written, keep_going=served
+        ):
+            self._marker_failures.succeeded()
+            self.markers_written["commit" if commit else "abort"] += len(meta.partitions)
+        failpoint("txn.before_complete")
+        if served():
+            await retry_async(
+                complete,
+                backoff,
+                retry_if=lambda error: error is not ErrorCode.none,
+                keep_going=served,
+            )
 
     async def _transition(
         self, meta: TransactionMetadata, state: TxnState, **changes: object
