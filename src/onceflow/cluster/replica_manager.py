@@ -64,13 +64,19 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.role_listeners: list[RoleListener] = []
         self._task: asyncio.Task[None] | None = None
+        self._started = False
         self._isr_writes: set[asyncio.Task[None]] = set()
         self.isr_shrinks = 0  # ISR changes written by this broker as leader (metrics)
         self.isr_expands = 0
         link.listeners.append(self._changed)
 
     def start(self) -> None:
+        """Take up every replica as the metadata says now. Changes seen before (while the
+        link filled the cache at join) waited for this, so no role change is made before
+        the broker listens for them (a coordinator would never load its partition)."""
+        self._started = True
         self.reconcile()
+        self.refresh_configs()
         self._task = asyncio.get_running_loop().create_task(self._isr_loop())
 
     async def stop(self) -> None:
@@ -88,6 +94,8 @@ class ReplicaManager:
     # ---- metadata -> roles -----------------------------------------------------------
 
     def _changed(self, change: MetadataChange) -> None:
+        if not self._started:
+            return  # start() reconciles everything
         if change.kind == "partition":
             self._reconcile_one(change.topic, change.partition)  # the common change
         elif change.kind in ("topic", "brokers"):
