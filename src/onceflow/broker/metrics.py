@@ -33,7 +33,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 
 if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
+    from onceflow.broker.metrics_state import BrokerState
 
 # Seconds: a produce waits for its fsync (about a millisecond), a fetch long-polls up to
 # its max wait (500 ms by default in librdkafka).
@@ -97,7 +97,7 @@ class _ApiStats:
 
 
 class BrokerMetrics(Collector):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self.registry = CollectorRegistry()
         self.bytes_in = 0
         self.bytes_out = 0

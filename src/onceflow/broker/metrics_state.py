@@ -9,8 +9,8 @@ consistent state between two requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sized
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -19,7 +19,29 @@ from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.storage.partition_log import PartitionLog
 
 if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
+    from onceflow.broker.topology.base import Topology
+    from onceflow.clock import Clock
+    from onceflow.coordinator.group.coordinator import GroupCoordinator
+    from onceflow.coordinator.transaction.coordinator import TransactionCoordinator
+    from onceflow.storage.log_manager import LogManager
+
+
+class BrokerState(Protocol):
+    """What a scrape reads of the broker (read-only)."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def logs(self) -> LogManager: ...
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator: ...
+    @property
+    def group_coordinator(self) -> GroupCoordinator: ...
+    @property
+    def connections(self) -> Sized: ...
+
 
 _PARTITION = ["topic", "partition"]
 _GROUP_PARTITION = ["group", "topic", "partition"]
@@ -61,7 +83,7 @@ def lso_lag_seconds(plog: PartitionLog, now_ms: int) -> float:
 
 
 class BrokerStateCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self._broker = broker
 
     def describe(self) -> list[Metric]:

@@ -29,8 +29,8 @@ from onceflow.security.principal import principal_from_certificate
 from onceflow.storage.partition_log import FileRegion
 
 if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
     from onceflow.broker.security import ListenerSecurity
+    from onceflow.broker.services import BrokerServices
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("onceflow.audit")
@@ -114,7 +114,7 @@ def _peer(transport: asyncio.BaseTransport) -> str:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
-        self, broker: Broker, handlers: Mapping[int, Handler], listener: ListenerSecurity
+        self, broker: BrokerServices, handlers: Mapping[int, Handler], listener: ListenerSecurity
     ) -> None:
         self.broker = broker
         self.handlers = handlers

@@ -26,7 +26,7 @@ from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
+    from onceflow.broker.services import BrokerServices
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -74,7 +74,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _create_topic(
-    broker: Broker, topic: Any, validate_only: bool
+    broker: BrokerServices, topic: Any, validate_only: bool
 ) -> tuple[dict[str, str], CreatedTopic]:
     """Checks in Kafka's order, then creates the topic unless `validate_only`."""
     assignment = _explicit_assignment(broker, topic)
@@ -140,7 +140,7 @@ def _created_result(
     )
 
 
-def _explicit_assignment(broker: Broker, topic: Any) -> dict[int, list[int]] | None:
+def _explicit_assignment(broker: BrokerServices, topic: Any) -> dict[int, list[int]] | None:
     """CreateTopics' manual assignment, checked as Kafka checks it."""
     if not topic.assignments:
         return None

@@ -15,7 +15,7 @@ ANONYMOUS_SESSION = Session()
 
 if TYPE_CHECKING:
     from onceflow.broker.authentication import ConnectionAuth
-    from onceflow.broker.broker import Broker
+    from onceflow.broker.services import BrokerServices
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,7 @@ class RequestContext:
     """One request's header, the broker serving it and who sent it."""
 
     header: RequestHeader
-    broker: Broker
+    broker: BrokerServices
     session: Session = ANONYMOUS_SESSION
     #: The connection's authentication state (SaslHandshake and SaslAuthenticate use it).
     auth: ConnectionAuth | None = None

@@ -34,7 +34,7 @@ from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import AppendResult, PartitionLog
 
 if TYPE_CHECKING:
-    from onceflow.broker.broker import Broker
+    from onceflow.broker.services import BrokerServices
 
 _TOPIC_IDS = 13  # Produce v13 names topics by id (KIP-516)
 
@@ -292,7 +292,7 @@ def _unacknowledged(
     return dataclasses.replace(response, responses=topics)
 
 
-def _produce_log(broker: Broker, topic: str, partition: int, acks: int) -> PartitionLog:
+def _produce_log(broker: BrokerServices, topic: str, partition: int, acks: int) -> PartitionLog:
     if acks not in (0, 1, -1):
         raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks}")
     # Only the coordinators write internal topics (Kafka's internalTopicsAllowed); a
@@ -319,7 +319,7 @@ def _validated(plog: PartitionLog, records: bytes) -> list[BatchHeader]:
 
 
 def _append(
-    broker: Broker,
+    broker: BrokerServices,
     plog: PartitionLog,
     records: bytes,
     headers: list[BatchHeader],
