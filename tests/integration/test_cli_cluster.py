@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from onceflow.cli.cluster import pid_alive
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster, Connection
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.zk_server import is_serving
 from onceflow.protocol.api_versions import ApiKey
 from tests.helpers.broker import die_with_parent
@@ -84,7 +85,7 @@ def wait_until(what: str, check: Any, timeout: float = 30.0) -> Any:
     while time.monotonic() < deadline:
         try:
             last = check()
-        except CliError as exc:
+        except ClientError as exc:
             last = exc
         else:
             if last:
