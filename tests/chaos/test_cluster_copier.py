@@ -55,8 +55,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.znodes import (
     PartitionState,
     decode_assignment,
@@ -142,7 +142,7 @@ def _leaders(live: list[ClusterBroker], topics: list[str]) -> dict[tuple[str, in
         try:
             with WireCluster(b.bootstrap, timeout_s=WIRE_TIMEOUT_S) as wire:
                 metadata = wire.metadata(topics)
-        except CliError:
+        except ClientError:
             continue
         return {
             (topic, p): leader
@@ -179,7 +179,7 @@ def txn_coordinator(cluster: Cluster, txn_id: str, live: list[ClusterBroker]) ->
             try:
                 with WireCluster(b.bootstrap, timeout_s=WIRE_TIMEOUT_S) as wire:
                     answers[b.broker_id] = wire.transaction_coordinator(txn_id)[0]
-            except CliError as exc:
+            except ClientError as exc:
                 answers[b.broker_id] = str(exc)
         nodes = set(answers.values())
         if len(nodes) != 1 or next(iter(nodes)) not in live_ids:

@@ -17,8 +17,8 @@ from confluent_kafka import Message, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from tests.cluster.test_replication import T
@@ -63,7 +63,7 @@ def group_coordinator(cluster: Cluster, group: str, timeout: float = T) -> Clust
                 answer = response.coordinators[0] if version >= 4 else response
                 error = int(answer.error_code)
                 answers[b.broker_id] = int(answer.node_id) if error == 0 else ErrorCode(error).name
-            except CliError as exc:
+            except ClientError as exc:
                 answers[b.broker_id] = str(exc)
         nodes = set(answers.values())
         if len(nodes) == 1:

@@ -37,9 +37,10 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
-from onceflow.cli.kafka_wire import Connection, request_entity
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
+from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.client_config import ClientSecurity
@@ -222,7 +223,7 @@ def eventually(check: Callable[[], R], what: str, timeout: float = T) -> R:
     while True:
         try:
             return check()
-        except (AssertionError, CliError) as exc:
+        except (AssertionError, ClientError) as exc:
             if time.monotonic() > deadline:
                 raise AssertionError(f"waited {timeout:.0f} s for {what}: {exc}") from exc
         time.sleep(0.1)

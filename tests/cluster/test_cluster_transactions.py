@@ -177,7 +177,7 @@ def test_transaction_tools_see_every_coordinator_and_leader(
 ) -> None:
     from confluent_kafka import Producer
 
-    from onceflow.cli.kafka_wire import Cluster as Wire
+    from onceflow.client.cluster import Cluster as Wire
     from tests.helpers.clients import QUIET_LOGGER
     from tests.integration.test_transactions_cli import cli, table
 

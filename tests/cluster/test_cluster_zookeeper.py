@@ -19,8 +19,8 @@ import time
 
 from confluent_kafka.admin import NewTopic
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.zk_server import four_letter_word
 from onceflow.errors import ErrorCode
 from onceflow.records.builder import build_batch
@@ -58,7 +58,7 @@ def leader_seen_by(broker: ClusterBroker, topic: str, partition: int) -> int:
     try:
         with WireCluster(broker.bootstrap, timeout_s=5.0) as wire:
             return wire.metadata([topic]).leaders.get(topic, {}).get(partition, -1)
-    except CliError:
+    except ClientError:
         return -1
 
 

@@ -27,8 +27,8 @@ from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.static.primitive import i8, i16, i64
 
 from onceflow.cli.cluster import INTERNAL_REPLICATION
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from onceflow.errors import ErrorCode
 from onceflow.failpoints import FAILPOINTS_ENV
 from onceflow.protocol.api_versions import ApiKey
@@ -85,7 +85,7 @@ def wait_coordinator_moved(bootstrap: str, txn_id: str) -> None:
     def moved() -> bool:
         try:
             return coordinator_of(bootstrap, txn_id) != ARMED
-        except CliError:  # named, but dead or frozen
+        except ClientError:  # named, but dead or frozen
             return False
 
     wait_until(f"the coordinator of {txn_id} to move", moved)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from tests.cluster.test_replication import read_all, segment_bytes, wait_isr
 from tests.helpers.clients import create_topic, producer
 from tests.helpers.cluster import Cluster, ClusterBroker, cluster_factory
@@ -92,7 +92,7 @@ def test_without_unclean_election_the_partition_waits_for_its_in_sync_replica(
     cluster.wait_unregistered([leader.broker_id])
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
-        with contextlib.suppress(CliError):  # never elected, whatever else it answers
+        with contextlib.suppress(ClientError):  # never elected, whatever else it answers
             assert leader_seen_by(follower, topic) != follower.broker_id
         time.sleep(0.2)
     leader.start()

@@ -32,8 +32,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from onceflow.cli.cluster import replication_overrides
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster as WireCluster
+from onceflow.client.cluster import Cluster as WireCluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.znodes import broker_path
 from tests.helpers.broker import BrokerProcess, free_port
 from tests.helpers.zookeeper import ZooKeeperEnsemble
@@ -155,7 +155,7 @@ class Cluster:
                 if leader in self._brokers and self._brokers[leader].running:
                     return self._brokers[leader]
                 last = f"leader {leader}"
-            except CliError as exc:
+            except ClientError as exc:
                 last = str(exc)
             if time.monotonic() > deadline:
                 raise AssertionError(f"{topic}-{partition} has no live leader: {last}")
@@ -192,7 +192,7 @@ class Cluster:
             for b in self.running():
                 try:
                     seen[b.broker_id] = self.metadata_brokers(via=b)
-                except CliError as exc:
+                except ClientError as exc:
                     seen[b.broker_id] = str(exc)
             if all(ids == wanted for ids in seen.values()):
                 return

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster, Connection
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.local import pid_alive
 from onceflow.cluster.zk_server import is_serving
 from onceflow.protocol.api_versions import ApiKey
@@ -84,7 +85,7 @@ def wait_until(what: str, check: Any, timeout: float = 30.0) -> Any:
     while time.monotonic() < deadline:
         try:
             last = check()
-        except CliError as exc:
+        except ClientError as exc:
             last = exc
         else:
             if last:

@@ -101,7 +101,7 @@ def test_admin_and_consumer_acls(
         code, _, err = run(capsys, secure, reader, f"topics alter {topic} {change}")
         assert code == 1 and "TOPIC_AUTHORIZATION_FAILED" in err, change
 
-    # OffsetDelete goes through Onceflow's own client (kafka_wire), with the same file.
+    # OffsetDelete goes through Onceflow's own client (onceflow.client), with the same file.
     delete_offsets = f"groups --delete-offsets --group {group} --topic {topic}"
     code, _, err = run(capsys, secure, reader, delete_offsets)
     assert (code, err) == (1, f"Error: Access to '{group}' is not authorized.\n")

@@ -10,13 +10,10 @@ from confluent_kafka import KafkaException, Producer
 from tests.helpers.certs import KEY_PASSWORD, make_pki
 from tests.helpers.clients import QUIET_LOGGER
 
-from onceflow.cli.command_config import (
-    jaas_credentials,
-    librdkafka_properties,
-    read_command_config,
-)
-from onceflow.cli.common import CliError
 from onceflow.cli.main import build_parser
+from onceflow.client.errors import ConfigError
+from onceflow.client.librdkafka import librdkafka_properties
+from onceflow.client.properties import jaas_credentials, read_command_config
 
 PLAIN = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice"'
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule required"
@@ -89,7 +86,7 @@ def test_inline_pem_and_librdkafka_names_pass_through() -> None:
 
 def test_both_names_for_one_setting_must_agree() -> None:
     props = {"sasl.jaas.config": f'{PLAIN} password="pw-first";', "sasl.password": "pw-second"}
-    with pytest.raises(CliError, match=r"sasl\.password conflicts") as caught:
+    with pytest.raises(ConfigError, match=r"sasl\.password conflicts") as caught:
         librdkafka_properties(props)
     assert "pw-" not in str(caught.value)
 
@@ -110,7 +107,7 @@ def test_keystores_other_than_pem_are_refused(
     binary = tmp_path / "store.jks"
     binary.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
     props = {k: str(binary) if v == "BINARY" else v for k, v in props.items()}
-    with pytest.raises(CliError, match=message):
+    with pytest.raises(ConfigError, match=message):
         librdkafka_properties(props)
 
 
@@ -123,12 +120,12 @@ def test_keystores_other_than_pem_are_refused(
     ],
 )
 def test_jaas_configs_that_cannot_be_translated(jaas: str, message: str) -> None:
-    with pytest.raises(CliError, match=message):
+    with pytest.raises(ConfigError, match=message):
         jaas_credentials(jaas)
 
 
 def test_jaas_errors_never_show_the_password() -> None:
-    with pytest.raises(CliError) as caught:
+    with pytest.raises(ConfigError) as caught:
         jaas_credentials(f'{SCRAM} password="s3cret" username')
     assert "s3cret" not in str(caught.value)
 
@@ -141,7 +138,7 @@ def test_read_command_config_trims_values_and_reports_a_missing_file(tmp_path: P
         "sasl.mechanism": "PLAIN",
     }
     assert read_command_config(None) == {}
-    with pytest.raises(CliError, match="cannot read"):
+    with pytest.raises(ConfigError, match="cannot read"):
         read_command_config(str(tmp_path / "missing"))
 
 

@@ -1,7 +1,7 @@
-"""Onceflow's own clients over TLS and SASL: the CLI's blocking `kafka_wire.Connection` and
-`Cluster`, and the brokers' asyncio `BrokerConnection`, against a small fake broker that
-speaks ApiVersions, SaslHandshake, SaslAuthenticate (scramp's SCRAM server) and Metadata,
-optionally behind TLS with the test PKI."""
+"""Onceflow's own client over TLS and SASL: the blocking `Connection` and `Cluster` (the
+CLI's, the console's), and the brokers' asyncio `AsyncConnection`, against a small fake
+broker that speaks ApiVersions, SaslHandshake, SaslAuthenticate (scramp's SCRAM server)
+and Metadata, optionally behind TLS with the test PKI."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64Timedelta
 from scramp import ScramException, ScramMechanism  # type: ignore[import-untyped]
 from tests.helpers.certs import Pki, make_pki
 
-from onceflow.cli import kafka_wire
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster, Connection, KafkaApiError
+from onceflow.client import core
+from onceflow.client.aio import AsyncConnection
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import ClientError, KafkaApiError, Unreachable
+from onceflow.client.wire import SIZE
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
-from onceflow.protocol.client import SIZE
 from onceflow.protocol.codec import (
     build,
     decode_request,
@@ -37,8 +39,6 @@ from onceflow.protocol.codec import (
     request_type,
     response_type,
 )
-from onceflow.replication import connection as replication_connection
-from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
 from onceflow.security.client_config import ClientSecurity
 from onceflow.security.tls import TlsSettings, server_context
 
@@ -356,7 +356,7 @@ def test_cli_client_certificate_refused_by_the_broker(
         mallory = pki.issue(client, f"CN={client}", trusted=False)
         props["ssl.keystore.location"] = str(mallory.keystore)
     with (
-        pytest.raises(CliError, match=reason),
+        pytest.raises(ClientError, match=reason),
         Cluster(broker.bootstrap, TIMEOUT_S, security("SSL", pki, **props)) as cluster,
     ):
         cluster.brokers()  # with TLS 1.3 the refusal arrives at the first read
@@ -367,21 +367,21 @@ def test_cli_untrusted_broker_certificate(pki: Pki, make_broker: Any) -> None:
     broker = make_broker(tls=tls_broker_context(pki))
     untrusted = security("SSL", None, **{"ssl.ca.location": str(pki.untrusted_ca)})
     with pytest.raises(
-        CliError, match=r"TLS handshake with 127.0.0.1:\d+ failed: certificate verify"
+        ClientError, match=r"TLS handshake with 127.0.0.1:\d+ failed: certificate verify"
     ):
         Connection("127.0.0.1", broker.port, TIMEOUT_S, untrusted)
 
 
 def test_cli_tls_to_a_plaintext_listener(pki: Pki, make_broker: Any) -> None:
     broker = make_broker()
-    with pytest.raises(CliError, match=r"TLS handshake with .* failed"):
+    with pytest.raises(ClientError, match=r"TLS handshake with .* failed"):
         Connection("127.0.0.1", broker.port, TIMEOUT_S, security("SSL", pki))
 
 
 def test_cli_bad_tls_setting_is_reported_before_connecting(pki: Pki, make_broker: Any) -> None:
     broker = make_broker(tls=tls_broker_context(pki))
     bad = security("SSL", None, **{"ssl.ca.location": str(pki.directory / "nope.pem")})
-    with pytest.raises(CliError, match=r"ssl\.truststore\.location: no such file"):
+    with pytest.raises(ClientError, match=r"ssl\.truststore\.location: no such file"):
         Cluster(broker.bootstrap, TIMEOUT_S, bad)
     assert broker.seen == []
 
@@ -390,7 +390,7 @@ def test_cli_renews_a_limited_session_before_it_expires(
     pki: Pki, make_broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(kafka_wire, "time", clock.module())
+    monkeypatch.setattr(core, "time", clock.module())
     broker = make_broker(session_lifetime_ms=60_000)
     conn = Connection(
         "127.0.0.1",
@@ -431,7 +431,7 @@ def metadata_request() -> Any:
 
 
 def broker_request(
-    conn: BrokerConnection, times: int = 1, clock: FakeClock | None = None, advance_s: float = 0.0
+    conn: AsyncConnection, times: int = 1, clock: FakeClock | None = None, advance_s: float = 0.0
 ) -> list[Any]:
     async def run() -> list[Any]:
         answers = []
@@ -449,7 +449,7 @@ def broker_request(
 
 def test_broker_link_sasl_ssl_scram_without_api_versions(pki: Pki, make_broker: Any) -> None:
     broker = make_broker(tls=tls_broker_context(pki, "requested"))
-    link = BrokerConnection(
+    link = AsyncConnection(
         "127.0.0.1",
         broker.port,
         "replica-2",
@@ -466,14 +466,14 @@ def test_broker_link_authentication_failure_is_unreachable_with_the_reason(
     make_broker: Any,
 ) -> None:
     broker = make_broker()
-    link = BrokerConnection(
+    link = AsyncConnection(
         "127.0.0.1",
         broker.port,
         "replica-2",
         TIMEOUT_S,
         security("SASL_PLAINTEXT", **scram("bob", "hunter2")),
     )
-    with pytest.raises(BrokerUnreachable) as info:
+    with pytest.raises(Unreachable) as info:
         broker_request(link)
     assert f"SASL authentication failed: SASL_AUTHENTICATION_FAILED: {SCRAM_FAILED}" in str(
         info.value
@@ -484,21 +484,21 @@ def test_broker_link_authentication_failure_is_unreachable_with_the_reason(
 
 def test_broker_link_refuses_an_untrusted_broker(pki: Pki, make_broker: Any) -> None:
     broker = make_broker(tls=tls_broker_context(pki))
-    link = BrokerConnection(
+    link = AsyncConnection(
         "127.0.0.1",
         broker.port,
         "replica-2",
         TIMEOUT_S,
         security("SSL", None, **{"ssl.ca.location": str(pki.untrusted_ca)}),
     )
-    with pytest.raises(BrokerUnreachable, match="certificate verify failed"):
+    with pytest.raises(Unreachable, match="certificate verify failed"):
         broker_request(link)
 
 
 def test_broker_link_without_the_required_client_certificate(pki: Pki, make_broker: Any) -> None:
     broker = make_broker(tls=tls_broker_context(pki, "required"))
-    link = BrokerConnection("127.0.0.1", broker.port, "replica-2", TIMEOUT_S, security("SSL", pki))
-    with pytest.raises(BrokerUnreachable):
+    link = AsyncConnection("127.0.0.1", broker.port, "replica-2", TIMEOUT_S, security("SSL", pki))
+    with pytest.raises(Unreachable):
         broker_request(link)
     assert broker.seen == []
 
@@ -507,9 +507,9 @@ def test_broker_link_renews_a_limited_session(
     make_broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(replication_connection, "time", clock.module())
+    monkeypatch.setattr(core, "time", clock.module())
     broker = make_broker(session_lifetime_ms=10_000)
-    link = BrokerConnection(
+    link = AsyncConnection(
         "127.0.0.1",
         broker.port,
         "replica-2",

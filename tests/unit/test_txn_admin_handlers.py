@@ -21,7 +21,7 @@ from kio.static.constants import EntityType
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.txn_admin import HANDLERS, WRITE_TXN_MARKERS
-from onceflow.cli.kafka_wire import lenient_schema
+from onceflow.client.wire import lenient_schema
 from onceflow.clock import ManualClock
 from onceflow.config import BrokerConfig
 from onceflow.coordinator.transaction.state import TxnState

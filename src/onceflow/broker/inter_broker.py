@@ -22,11 +22,12 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
+from onceflow.client.aio import AsyncConnection
+from onceflow.client.errors import Unreachable
 from onceflow.cluster.metadata import MetadataCache
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
-from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
 from onceflow.security.client_config import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,10 @@ class InterBroker:
         self.local_id = local_id
         self.cache = cache
         self.security = security
-        self._connections: dict[int, tuple[tuple[str, int], BrokerConnection]] = {}
+        self._connections: dict[int, tuple[tuple[str, int], AsyncConnection]] = {}
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def _connection(self, broker: int) -> BrokerConnection:
+    def _connection(self, broker: int) -> AsyncConnection:
         registration = self.cache.brokers.get(broker)
         if registration is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {broker} is not alive")
@@ -70,7 +71,7 @@ class InterBroker:
                 known[1].close()
             known = (
                 address,
-                BrokerConnection(
+                AsyncConnection(
                     address[0],
                     address[1],
                     f"txn-markers-{self.local_id}",
@@ -85,7 +86,7 @@ class InterBroker:
         async with self._locks[broker]:
             try:
                 return await self._connection(broker).request(api_key, version, request)
-            except BrokerUnreachable as exc:
+            except Unreachable as exc:
                 raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
 
     async def verify(

@@ -1,9 +1,9 @@
 """`onceflow acls --add|--remove|--list`: ACLs, as Kafka's `kafka-acls.sh` manages them.
 
 Kafka's protocol only, so the same command manages an Apache Kafka cluster: CreateAcls and
-DeleteAcls through confluent-kafka's AdminClient, DescribeAcls through `wire_admin` (librdkafka
-hides its authorization error). The arguments expand as kafka-acls.sh expands them
-(`acl_args`) and the output reads like its output.
+DeleteAcls through confluent-kafka's AdminClient, DescribeAcls through
+`onceflow.client.security_admin` (librdkafka hides its authorization error). The arguments
+expand as kafka-acls.sh expands them (`acl_args`) and the output reads like its output.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from onceflow.cli.acl_args import PATTERN_TYPES, entry_text, pattern_text
 from onceflow.cli.admin import connect_admin
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import CliError, add_bootstrap_option, explain_failure, positive_int
-from onceflow.cli.kafka_wire import Cluster
-from onceflow.cli.wire_admin import describe_acls, wire_cluster
+from onceflow.cli.kafka_wire import wire_cluster
+from onceflow.client.cluster import Cluster
+from onceflow.client.security_admin import describe_acls
 from onceflow.security import acl
 
 __all__ = ["register"]

@@ -3,7 +3,7 @@ broker's message (`INVALID_PARTITIONS (topic 't' has 3 partitions; 2 would not a
 
 librdkafka names some codes its own way (UNKNOWN_TOPIC_OR_PART) and prefixes the generic
 text with "Broker: "; a broker error is named here by Kafka's name for its code instead, so
-the line reads the same as Kafka's and as `kafka_wire`'s errors.
+the line reads the same as Kafka's and as Onceflow's own client's errors.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from onceflow.cli.common import explain_failure
-from onceflow.cli.kafka_wire import error_name
+from onceflow.client.errors import error_name
 
 __all__ = ["error_code", "error_text"]
 

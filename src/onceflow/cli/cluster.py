@@ -40,7 +40,8 @@ from types import FrameType
 from typing import Any, TextIO
 
 from onceflow.cli.common import CliError, key_value
-from onceflow.cli.kafka_wire import Connection
+from onceflow.client.blocking import Connection
+from onceflow.client.errors import ClientError
 from onceflow.cluster.local import (
     CLUSTER_FILE,
     pid_alive,
@@ -454,12 +455,12 @@ class LocalCluster:
                 )
             try:
                 connection = Connection(spec.host, spec.port, timeout_s=2.0)
-            except CliError:
+            except ClientError:
                 return False
             try:
                 _ = connection.versions
                 return True
-            except CliError:
+            except ClientError:
                 return False
             finally:
                 connection.close()

@@ -18,6 +18,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from onceflow.client.librdkafka import describe_kafka_error
+
 __all__ = [
     "DEFAULT_BOOTSTRAP",
     "KAFKA_LOG",
@@ -44,7 +46,8 @@ KAFKA_LOG = logging.getLogger("onceflow.cli.librdkafka")
 
 
 class CliError(Exception):
-    """A failure the user can act on: main prints the message on one line and exits 1."""
+    """A failure the user can act on: main prints the message on one line and exits 1, as
+    it does for the client package's own `ClientError`."""
 
 
 class UsageError(CliError):
@@ -198,13 +201,3 @@ def probe_bootstrap(bootstrap: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             reason = exc.strerror or str(exc) or type(exc).__name__
             failures.append(f"{host}:{port} ({reason})")
     raise CliError(f"cannot connect to any bootstrap server: {', '.join(failures)}")
-
-
-def describe_kafka_error(exc: BaseException) -> str:
-    """The readable part of a confluent-kafka exception (its KafkaError's text)."""
-    args = getattr(exc, "args", ())
-    if args and hasattr(args[0], "str"):
-        text = str(args[0].str())
-        # A broker error without a message reads "(null)": Kafka's error name says more.
-        return str(args[0].name()) if text in ("", "(null)") else text
-    return str(exc)

@@ -1,8 +1,9 @@
 """`onceflow groups --delete-offsets --group G --topic T[:P,...]`: OffsetDelete, as Kafka's
 kafka-consumer-groups.sh does it, with its messages.
 
-confluent-kafka has no OffsetDelete, so this speaks the protocol through `kafka_wire`:
-FindCoordinator for the group, then OffsetDelete v0 to the coordinator. Kafka deletes a
+confluent-kafka has no OffsetDelete, so this speaks the protocol through Onceflow's own client:
+FindCoordinator for the group, then OffsetDelete to the coordinator, again while it answers
+NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS. Kafka deletes a
 partition's offset unless the group is active and subscribed to its topic
 (GROUP_SUBSCRIBED_TO_TOPIC); a group of another protocol must be empty (NON_EMPTY_GROUP).
 """
@@ -12,19 +13,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from onceflow.cli.common import CliError
 from onceflow.cli.group_reset import Tp, parse_topic_arg
-from onceflow.cli.kafka_wire import Cluster, Connection, KafkaApiError, error_name, request_entity
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import error_name
+from onceflow.client.retry import retrying
+from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
-from onceflow.retry import Backoff, retry
 
 __all__ = ["delete_offsets", "run_delete_offsets"]
 
-KEY_TYPE_GROUP = 0
-OFFSET_DELETE_VERSION = 0
-RETRY_BACKOFF_S = 0.2
 #: Kafka's line for each top-level outcome ({} is the group).
 _OUTCOME = {
     ErrorCode.invalid_group_id: "Error: '{}' is not valid.",
@@ -34,8 +33,8 @@ _OUTCOME = {
         "Error: Deleting offsets of a consumer group '{}' is forbidden if the group is not empty."
     ),
 }
-# The coordinator moved or is loading the group: ask again (FindCoordinator first).
-_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
+#: Answers from a broker that is not (yet) the group's coordinator: ask again.
+_NOT_COORDINATING = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress})
 _PARTITION_LEVEL = frozenset(
     {
         ErrorCode.group_subscribed_to_topic,
@@ -43,31 +42,6 @@ _PARTITION_LEVEL = frozenset(
         ErrorCode.unknown_topic_or_partition,
     }
 )
-
-
-def _coordinator(cluster: Cluster, group: str) -> Connection:
-    """The group's coordinator, waiting while it loads or is elected."""
-
-    def find() -> Any:
-        connection = cluster.bootstrap
-        version = connection.version_for(ApiKey.FIND_COORDINATOR)
-        response = connection.call(
-            ApiKey.FIND_COORDINATOR,
-            key=group,
-            key_type=KEY_TYPE_GROUP,
-            coordinator_keys=(group,),
-        )
-        return response.coordinators[0] if version >= 4 else response
-
-    def waits(answer: Any) -> bool:
-        error = int(answer.error_code)
-        return error != ErrorCode.none and ErrorCode(error).retriable
-
-    answer = retry(find, Backoff(RETRY_BACKOFF_S), retry_if=waits, deadline_s=cluster.timeout_s)
-    error = int(answer.error_code)
-    if error == ErrorCode.none:
-        return cluster.node(int(answer.node_id))
-    raise KafkaApiError(error, f"cannot find the coordinator of group {group}: {error_name(error)}")
 
 
 def _partitions(cluster: Cluster, topic_args: list[str]) -> tuple[list[Tp], dict[Tp, int]]:
@@ -99,34 +73,28 @@ def delete_offsets(
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
-    api, version = ApiKey.OFFSET_DELETE, OFFSET_DELETE_VERSION
-    topics = tuple(
-        request_entity(
-            api,
-            version,
-            "OffsetDeleteRequestTopic",
-            name=topic,
-            partitions=tuple(
-                request_entity(api, version, "OffsetDeleteRequestPartition", partition_index=p)
-                for p in ps
-            ),
-        )
-        for topic, ps in by_topic.items()
-    )
+    api = ApiKey.OFFSET_DELETE
 
-    def delete() -> Any:
-        connection = _coordinator(cluster, group)
-        if api not in connection.versions:
-            raise CliError(f"the broker at {connection.address} does not support OffsetDelete")
+    def attempt() -> Any:
+        _, connection = cluster.group_coordinator(group)
+        version = connection.version_for(api)
+        topics = tuple(
+            request_entity(
+                api,
+                version,
+                "OffsetDeleteRequestTopic",
+                name=topic,
+                partitions=tuple(
+                    request_entity(api, version, "OffsetDeleteRequestPartition", partition_index=p)
+                    for p in ps
+                ),
+            )
+            for topic, ps in by_topic.items()
+        )
         request = build(request_type(api, version), group_id=group, topics=topics)
         return connection.call_at(api, version, request)
 
-    response = retry(
-        delete,
-        Backoff(RETRY_BACKOFF_S),
-        retry_if=lambda answer: int(answer.error_code) in _MOVED,
-        deadline_s=cluster.timeout_s,
-    )
+    response = retrying(attempt, lambda r: r.error_code in _NOT_COORDINATING, cluster.timeout_s)
     top = int(response.error_code)
     for topic in response.topics:
         for partition in topic.partitions:

@@ -3,7 +3,7 @@ groups, as Kafka's `kafka-consumer-groups.sh` manages them, with its options, ch
 
 Kafka's protocol only (confluent-kafka's AdminClient: ListGroups, DescribeGroups,
 OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups; OffsetDelete, which it lacks, through
-`kafka_wire`), so the same command manages an Apache Kafka cluster. Offsets are reset only
+Onceflow's own client), so the same command manages an Apache Kafka cluster. Offsets are reset only
 in a group with no members (Empty, or Dead: not there), as Kafka refuses to move them under
 running consumers; --dry-run is the default. The calls live in `group_admin` and
 `group_delete_offsets`, the reset arithmetic in `group_reset`, the output in `group_views`.
@@ -35,7 +35,7 @@ from onceflow.cli.group_reset import (
     plan_offsets,
 )
 from onceflow.cli.group_views import STATE_NAMES, state_name
-from onceflow.cli.wire_admin import wire_cluster
+from onceflow.cli.kafka_wire import wire_cluster
 
 __all__ = ["register"]
 

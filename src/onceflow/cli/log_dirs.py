@@ -10,8 +10,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import ClientError
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.client_config import ClientSecurity
@@ -35,7 +35,7 @@ def log_dir_lines(
                 limits = _thresholds(admin, node.node_id, timeout_s)
                 lines += [_render(node.node_id, r, limits) for r in response.results]
             return lines
-    except (CliError, OSError) as exc:
+    except (ClientError, OSError) as exc:
         return [f"LogDirs: (unavailable: {exc})"]
 
 

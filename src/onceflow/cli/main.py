@@ -2,8 +2,9 @@
 
 Each command family lives in its own module with a `register(subparsers)` that adds its
 parser and sets `func`. This module only builds the parser, sets up logging and turns
-failures into exit codes: user errors are one line on stderr and exit 1, usage errors keep
-argparse's exit 2, and a traceback means a bug.
+failures into exit codes: user errors (a `CliError`, or the client package's `ClientError`)
+are one line on stderr and exit 1, usage errors keep argparse's exit 2, and a traceback
+means a bug.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from onceflow.cli import (
     users,
 )
 from onceflow.cli.common import KAFKA_LOG, CliError, UsageError
+from onceflow.client.errors import ClientError
 
 __all__ = ["build_parser", "main"]
 
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         command_parser.print_usage(sys.stderr)
         print(f"{command_parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    except CliError as exc:
+    except (CliError, ClientError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -1,8 +1,8 @@
 """`onceflow topics create|list|describe|alter|delete`: topic administration over the Kafka
 protocol.
 
-Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and kafka_wire for
-DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
+Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and Onceflow's own client
+for DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
 cluster, with `--command-config` for a secured one. Topic listings come from a metadata
 request for all topics: asking for one topic by name could auto-create it on a broker that
 allows that. `alter` adds partitions (CreatePartitions) and sets or deletes config overrides
@@ -40,6 +40,7 @@ from onceflow.cli.common import (
     positive_int,
 )
 from onceflow.cli.log_dirs import log_dir_lines
+from onceflow.client.errors import ClientError
 
 __all__ = ["connect_admin", "register"]
 
@@ -333,7 +334,7 @@ def run_describe(args: argparse.Namespace) -> int:
     # Where the partitions live, and whether the brokers still accept writes there.
     try:
         security = wire_security(args)
-    except CliError as exc:  # a setting only Onceflow's own client refuses (e.g. GSSAPI)
+    except ClientError as exc:  # a setting only Onceflow's own client refuses (e.g. GSSAPI)
         print(f"LogDirs: (unavailable: {exc})")
         return status
     for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args), security):

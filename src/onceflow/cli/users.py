@@ -1,8 +1,9 @@
 """`onceflow users`: SCRAM credentials, as `kafka-configs.sh --entity-type users` manages them.
 
 Kafka's protocol only (KIP-554), so they work against Apache Kafka too: changes through
-confluent-kafka's AdminClient (AlterUserScramCredentials), descriptions through `wire_admin`
-(librdkafka aborts on a refused DescribeUserScramCredentials):
+confluent-kafka's AdminClient (AlterUserScramCredentials), descriptions through
+`onceflow.client.security_admin` (librdkafka aborts on a refused
+DescribeUserScramCredentials):
 
     onceflow users --alter --entity-name alice --add-config 'SCRAM-SHA-256=[password=...]'
     onceflow users --alter --entity-name alice --delete-config SCRAM-SHA-512
@@ -41,9 +42,10 @@ from onceflow.cli.common import (
     explain_failure,
     positive_int,
 )
-from onceflow.cli.kafka_wire import KafkaApiError
+from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.cli.scram_args import ScramUpsertion, mechanism
-from onceflow.cli.wire_admin import describe_scram_credentials, wire_cluster
+from onceflow.client.errors import KafkaApiError
+from onceflow.client.security_admin import describe_scram_credentials
 from onceflow.config import ConfigError, read_properties
 
 __all__ = ["register"]

@@ -2,8 +2,8 @@
 transactions, consumer groups and records.
 
 It is a Kafka client only (confluent-kafka for Metadata, ListOffsets, groups and records;
-`onceflow.cli.kafka_wire` for the KIP-664 transaction APIs), so it shows an Apache Kafka
-cluster the same way as Onceflow, secured or not (`--command-config`). `app` serves the
-static page and its JSON endpoints; each `*_view` module turns Kafka answers into plain
-JSON values, in a worker thread.
+Onceflow's own client, `onceflow.client`, for the KIP-664 transaction APIs), so it shows an
+Apache Kafka cluster the same way as Onceflow, secured or not (`--command-config`). `app`
+serves the static page and its JSON endpoints; each `*_view` module turns Kafka answers
+into plain JSON values, in a worker thread. It imports nothing of the CLI.
 """

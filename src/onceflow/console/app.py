@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from onceflow.cli.common import CliError
+from onceflow.client.errors import ClientError
 from onceflow.console import groups_view, records_view, topics_view, txn_view
 from onceflow.console.clients import ActionRefused, BadRequest, ClusterUnavailable, KafkaClients
 from onceflow.console.settings import ConsoleSettings
@@ -60,7 +60,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         return _error(400, str(exc))
     except ActionRefused as exc:
         return _error(409, str(exc))
-    except (ClusterUnavailable, CliError) as exc:
+    except (ClusterUnavailable, ClientError) as exc:
         return _error(503, str(exc))
     except Exception as exc:
         LOG.exception("console request %s failed", request.path)

@@ -1,9 +1,9 @@
 """The Kafka clients a console uses, all blocking: call them from worker threads only.
 
 One AdminClient (librdkafka keeps its connections and reconnects by itself when a broker
-comes back) and, per request, a `kafka_wire.Cluster` for the KIP-664 APIs confluent-kafka
-lacks; both with the `--command-config` security settings. Every call is bounded by the
-settings' timeout.
+comes back) and, per request, an `onceflow.client` `Cluster` for the KIP-664 APIs
+confluent-kafka lacks; both with the `--command-config` security settings. Every call is
+bounded by the settings' timeout.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from onceflow.cli.common import describe_kafka_error
-from onceflow.cli.kafka_wire import Cluster
+from onceflow.client.cluster import Cluster
+from onceflow.client.librdkafka import describe_kafka_error
 from onceflow.console.settings import ConsoleSettings
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from onceflow.cli.common import describe_kafka_error
+from onceflow.client.librdkafka import describe_kafka_error
 from onceflow.console.clients import BadRequest, ClusterUnavailable, KafkaClients
 
 __all__ = ["FORMATS", "ISOLATION_LEVELS", "MAX_RECORDS", "browse", "render"]

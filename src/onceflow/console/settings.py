@@ -6,12 +6,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceflow.cli.command_config import (
-    client_security,
-    librdkafka_properties,
-    read_command_config,
-)
-from onceflow.cli.common import CliError
+from onceflow.client.errors import ConfigError
+from onceflow.client.librdkafka import librdkafka_properties
+from onceflow.client.properties import client_security, read_command_config
 from onceflow.security.client_config import ClientSecurity
 
 __all__ = ["ConsoleSettings", "Security", "security_from_file"]
@@ -45,7 +42,7 @@ def security_from_file(path: str | None) -> Security:
     librdkafka = librdkafka_properties(props)
     try:
         return Security(librdkafka, client_security(props, path))
-    except CliError as exc:
+    except ConfigError as exc:
         return Security(librdkafka, None, f"the transaction pages cannot use it: {exc}")
 
 
@@ -71,7 +68,7 @@ class ConsoleSettings:
         return config
 
     def wire_security(self) -> ClientSecurity | None:
-        """The security of the KIP-664 pages' protocol client; CliError if it has none."""
+        """The security of the KIP-664 pages' protocol client; ConfigError if it has none."""
         if self.security.wire_error is not None:
-            raise CliError(self.security.wire_error)
+            raise ConfigError(self.security.wire_error)
         return self.security.wire

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from onceflow.cli.kafka_wire import Cluster, KafkaApiError, error_name
-from onceflow.cli.transactions import (
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import KafkaApiError, error_name
+from onceflow.client.txn_admin import (
+    IN_FLIGHT,
     OpenTransaction,
     find_hanging,
     list_transactions,
@@ -27,7 +29,7 @@ __all__ = ["abort_hanging", "hanging", "producers", "transactions"]
 
 # A transaction this far into its timeout is highlighted: its coordinator aborts it soon.
 NEAR_TIMEOUT_FRACTION = 0.8
-OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+OPEN_STATES = IN_FLIGHT
 
 
 def _transaction(state: Any, coordinator: int, now: int) -> dict[str, Any]:

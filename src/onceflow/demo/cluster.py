@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster, Connection
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import ClientError
 from onceflow.cluster.local import CLUSTER_FILE, pid_alive, read_cluster_file
 from onceflow.cluster.zk_server import ZooKeeperError, die_with_parent, require_zookeeper
 
@@ -188,7 +189,7 @@ class DemoCluster:
         try:
             with Cluster(",".join(others), timeout_s=5) as cluster:
                 return set(cluster.metadata().brokers)
-        except CliError:
+        except ClientError:
             return None
 
     def under_replicated(self) -> list[str]:
@@ -271,12 +272,12 @@ class DemoCluster:
 def _answers(host: str, port: int) -> bool:
     try:
         connection = Connection(host, port, timeout_s=2.0)
-    except CliError:
+    except ClientError:
         return False
     try:
         _ = connection.versions
         return True
-    except CliError:
+    except ClientError:
         return False
     finally:
         connection.close()

@@ -33,10 +33,11 @@ from typing import Any, Protocol
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
+from onceflow.client.aio import AsyncConnection
+from onceflow.client.errors import Unreachable
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
-from onceflow.replication.connection import BrokerConnection, BrokerUnreachable
 from onceflow.replication.partition import Partition, Role
 from onceflow.security.client_config import ClientSecurity
 from onceflow.storage.failures import LogOffline, OutOfSpace
@@ -102,7 +103,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], _Followed] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._conn = BrokerConnection(
+        self._conn = AsyncConnection(
             address[0], address[1], f"replica-{local_id}", self._timeout_s, settings.security
         )
 
@@ -148,7 +149,7 @@ class ReplicaFetcher:
                 progressed = await self._fetch_round()
             except asyncio.CancelledError:
                 raise
-            except BrokerUnreachable as exc:
+            except Unreachable as exc:
                 log.info("replica fetcher for broker %d: %s", self.leader_id, exc)
                 # The whole backoff, even if partitions are added meanwhile: they would meet
                 # the same refusal, and a starting broker adds its partitions one by one (a

@@ -1,55 +1,32 @@
-"""DescribeAcls and DescribeUserScramCredentials over `kafka_wire`, not confluent-kafka.
+"""DescribeAcls and DescribeUserScramCredentials through Onceflow's own client.
 
 librdkafka mishandles both answers' top-level error (checked against its source, 2.x):
 DescribeAcls drops it, so a principal without DESCRIBE on the cluster would see "no ACLs";
 DescribeUserScramCredentials frees a string it does not own, and the process aborts. Kafka
-sends exactly such an error when the principal may not describe, so these two reads use
-Onceflow's own protocol client and raise `KafkaApiError` with Kafka's code instead. The
-writes (CreateAcls, DeleteAcls, AlterUserScramCredentials) stay on confluent-kafka.
+sends exactly such an error when the principal may not describe, so these two reads raise
+`KafkaApiError` with Kafka's code instead. The writes (CreateAcls, DeleteAcls,
+AlterUserScramCredentials) stay on confluent-kafka.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 from typing import Any
 
-from onceflow.cli.command_config import wire_security
-from onceflow.cli.common import CliError
-from onceflow.cli.kafka_wire import Cluster, Connection, KafkaApiError, error_name, request_entity
+from onceflow.client.blocking import Connection
+from onceflow.client.errors import KafkaApiError, error_name
+from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from onceflow.security import acl
 from onceflow.security.scram import ScramMechanism
 
-__all__ = ["ScramCredentials", "describe_acls", "describe_scram_credentials", "wire_cluster"]
+__all__ = ["ScramCredentials", "describe_acls", "describe_scram_credentials"]
 
-# The versions read here: DescribeAcls v1 has pattern types; v2+ only moves to flexible.
-_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.DESCRIBE_ACLS: (1, 3),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
-}
-_NAMES: dict[int, str] = {
-    ApiKey.DESCRIBE_ACLS: "DescribeAcls",
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
-}
 Acls = dict[acl.ResourcePattern, set[acl.AccessControlEntry]]
 #: user -> (mechanism, iterations) pairs, or the KafkaApiError that describes the user.
 ScramCredentials = dict[str, list[tuple[str, int]] | KafkaApiError]
-
-
-def wire_cluster(args: argparse.Namespace) -> Cluster:
-    """Onceflow's protocol client for the command's bootstrap servers and security."""
-    return Cluster(args.bootstrap_server, args.timeout_ms / 1000.0, wire_security(args))
-
-
-def _version(connection: Connection, api_key: int) -> int:
-    lo, hi = _VERSIONS[api_key]
-    theirs = connection.versions.get(api_key)
-    if theirs is None or max(lo, theirs[0]) > min(hi, theirs[1]):
-        raise CliError(f"the broker at {connection.address} does not support {_NAMES[api_key]}")
-    return min(hi, theirs[1])
 
 
 def _check(code: int, message: str | None, what: str) -> None:
@@ -60,7 +37,7 @@ def _check(code: int, message: str | None, what: str) -> None:
 
 def describe_acls(connection: Connection, pattern: acl.ResourcePattern | None) -> Acls:
     """The ACLs matching a resource filter (None: every ACL), grouped by resource."""
-    version = _version(connection, ApiKey.DESCRIBE_ACLS)
+    version = connection.version_for(ApiKey.DESCRIBE_ACLS)
     request = build(
         request_type(ApiKey.DESCRIBE_ACLS, version),
         resource_type_filter=acl.ResourceType.ANY if pattern is None else pattern.resource_type,
@@ -97,7 +74,7 @@ def describe_scram_credentials(connection: Connection, users: list[str]) -> Scra
     """Each user's SCRAM mechanisms and iterations (every user's without names); a user
     without credentials maps to its error (RESOURCE_NOT_FOUND)."""
     api = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
-    version = _version(connection, api)
+    version = connection.version_for(api)
     names: Any = None
     if users:
         names = tuple(request_entity(api, version, "UserName", name=u) for u in users)

@@ -1,8 +1,8 @@
 """A client's SASL exchange as kio requests and responses, sans-IO.
 
 Kafka's order: SaslHandshake (v1, naming the mechanism), then SaslAuthenticate requests
-carrying the mechanism's tokens until it completes. `sasl_exchange()` is a generator shared
-by the CLI's blocking client and the brokers' asyncio links: it yields each request to send,
+carrying the mechanism's tokens until it completes. `sasl_exchange()` is a generator that
+both drivers run through `ConnectionCore.authentication`: it yields each request to send,
 is sent back the decoded response, and returns the session lifetime (KIP-368) at the end.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.client.errors import error_name
 from onceflow.errors import ErrorCode
 from onceflow.protocol.codec import build, request_type
 from onceflow.security.sasl_client import SaslClient, SaslClientError
@@ -68,7 +69,7 @@ def sasl_exchange(
         enabled = ", ".join(response.mechanisms) or "none"
         raise SaslFailure(
             response.error_code,
-            f"{_name(response.error_code)}: the broker does not enable {mechanism} "
+            f"{error_name(response.error_code)}: the broker does not enable {mechanism} "
             f"(it enables {enabled})",
         )
     token: bytes | None = client.first()
@@ -79,13 +80,13 @@ def sasl_exchange(
         )
         if response.error_code != ErrorCode.none:
             message = response.error_message or "no reason given"
-            raise SaslFailure(response.error_code, f"{_name(response.error_code)}: {message}")
+            raise SaslFailure(response.error_code, f"{error_name(response.error_code)}: {message}")
         try:
             token = client.step(response.auth_bytes)
         except SaslClientError as exc:
             raise SaslFailure(
                 ErrorCode.sasl_authentication_failed,
-                f"{_name(ErrorCode.sasl_authentication_failed)}: {exc}",
+                f"{error_name(ErrorCode.sasl_authentication_failed)}: {exc}",
             ) from None
     lifetime = getattr(response, "session_lifetime", None)
     if isinstance(lifetime, datetime.timedelta):
@@ -96,10 +97,3 @@ def sasl_exchange(
 def reauthenticate_after_s(lifetime_ms: int) -> float | None:
     """Seconds after authenticating when a client should authenticate again (None: never)."""
     return lifetime_ms * REAUTH_FRACTION / 1000 if lifetime_ms > 0 else None
-
-
-def _name(code: int) -> str:
-    try:
-        return ErrorCode(code).name.upper()
-    except ValueError:
-        return f"error code {code}"

@@ -1,0 +1,201 @@
+"""The blocking driver: one socket to one broker (TLS when the security says so), requests
+answered one at a time, in order, over a `ConnectionCore`.
+
+The CLI, the console and the demo use it (through `Cluster`, mostly), for the admin APIs
+confluent-kafka lacks or mishandles, so they work against any Kafka cluster. Versions are
+negotiated: ApiVersions once, then per API the highest version both sides speak. With SASL,
+the connection authenticates right after ApiVersions (SaslHandshake v1, then
+SaslAuthenticate rounds) and again on the same socket before a limited session (KIP-368)
+runs out, as Kafka's clients do.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from typing import Any
+
+from onceflow.client.core import ConnectionCore, format_address
+from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable
+from onceflow.client.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslFailure
+from onceflow.client.wire import api_name
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+from onceflow.security.client_config import ClientSecurity
+
+__all__ = ["DEFAULT_CLIENT_ID", "DEFAULT_TIMEOUT_S", "Connection", "tls_context"]
+
+DEFAULT_CLIENT_ID = "onceflow-cli"  # what brokers have always logged for Onceflow's tools
+DEFAULT_TIMEOUT_S = 30.0
+
+# TLS alerts a broker sends when it refuses this client's certificate. With TLS 1.3 they
+# arrive after the handshake, at the first read, so they can surface on any request.
+_TLS_ALERTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the broker requires a client certificate "
+    "(ssl.keystore.location, or ssl.certificate.location and ssl.key.location)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the broker does not trust this client's certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the broker refused this client's certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the broker refused this client's certificate",
+}
+
+
+def tls_context(security: ClientSecurity | None) -> ssl.SSLContext | None:
+    """The client TLS context of `security` (None without TLS); a bad setting is a
+    ConfigError naming the key (never a password)."""
+    if security is None:
+        return None
+    try:
+        return security.ssl_context()
+    except ValueError as exc:  # TlsConfigError
+        raise ConfigError(str(exc)) from None
+
+
+class Connection:
+    """One blocking connection to one broker."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: ClientSecurity | None = None,
+        client_id: str = DEFAULT_CLIENT_ID,
+    ) -> None:
+        self.address = format_address(host, port)
+        self.security = security
+        self.core = ConnectionCore(self.address, client_id, lenient=True)
+        context = tls_context(security)
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise Unreachable(f"cannot connect to {self.address}: {_reason(exc)}") from None
+        if context is not None:
+            sock = self._tls_handshake(sock, context, host)
+        self._sock = sock
+        self._answered = False  # no response yet: a TLS refusal would show up now
+        if security is not None and security.uses_sasl:
+            try:
+                self._authenticate()
+            except Exception:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        self._sock.close()
+        self.core.closed()
+
+    # ---- versions --------------------------------------------------------------------
+
+    @property
+    def versions(self) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions, asked once."""
+        if self.core.versions is None:
+            request = self.core.api_versions_request()
+            self.core.learn_versions(self._round_trip(ApiKey.API_VERSIONS, 0, request))
+        assert self.core.versions is not None
+        return self.core.versions
+
+    def version_for(self, api_key: int) -> int:
+        """The highest version of an API both this client and the broker speak."""
+        _ = self.versions
+        return self.core.version_for(api_key)
+
+    # ---- requests --------------------------------------------------------------------
+
+    def call(self, api_key: int, /, **fields: Any) -> Any:
+        """Send one request at the best common version; return the decoded response.
+
+        Fields the chosen version lacks are dropped, so one call serves every version.
+        """
+        version = self.version_for(api_key)
+        return self.call_at(api_key, version, build(request_type(api_key, version), **fields))
+
+    def call_at(self, api_key: int, version: int, request: Any) -> Any:
+        """Send a request already built for `version` (nested entities are per version)."""
+        if self.core.reauthentication_due():
+            self._authenticate()
+        return self._round_trip(api_key, version, request)
+
+    def _round_trip(self, api_key: int, version: int, request: Any) -> Any:
+        try:
+            self._sock.sendall(self.core.request(api_key, version, request))
+            frame = self._recv_exact(self.core.response_size(self._recv_exact(4)))
+        except TimeoutError:
+            raise Unreachable(
+                f"{self.address} did not answer {api_name(api_key)} in time"
+            ) from None
+        except OSError as exc:
+            raise Unreachable(
+                f"lost the connection to {self.address}: {_reason(exc)}{self._tls_hint(exc)}"
+            ) from None
+        self._answered = True
+        return self.core.response(frame)
+
+    def _recv_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            out += chunk
+        return bytes(out)
+
+    # ---- security --------------------------------------------------------------------
+
+    def _tls_handshake(
+        self, sock: socket.socket, context: ssl.SSLContext, host: str
+    ) -> ssl.SSLSocket:
+        try:
+            return context.wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            problem = "no answer in time"
+        except ssl.SSLCertVerificationError as exc:
+            problem = f"certificate verify failed: {exc.verify_message or exc.reason}"
+        except ssl.SSLError as exc:
+            problem = _reason(exc)
+            if exc.reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE"):
+                problem += " (is it a TLS listener?)"
+        except OSError as exc:
+            problem = f"{_reason(exc)} (is it a TLS listener, and does it accept this client?)"
+        sock.close()
+        raise Unreachable(f"TLS handshake with {self.address} failed: {problem}")
+
+    def _tls_hint(self, exc: OSError) -> str:
+        """With TLS 1.3 a broker refuses a client certificate (or its absence) after the
+        handshake; the client may see only the closed connection, not the alert saying why."""
+        if self._answered or self.security is None or self.security.tls is None:
+            return ""
+        if isinstance(exc, ssl.SSLError) and exc.reason in _TLS_ALERTS:
+            return ""  # the alert arrived: _reason already said it
+        tls = self.security.tls
+        if not (tls.has_keystore or tls.certificate_location):
+            return f"; perhaps {_TLS_ALERTS['TLSV13_ALERT_CERTIFICATE_REQUIRED']}"
+        return f"; perhaps {_TLS_ALERTS['TLSV1_ALERT_UNKNOWN_CA']}"
+
+    def _authenticate(self) -> None:
+        """SaslHandshake and SaslAuthenticate rounds (after ApiVersions, as Kafka's clients
+        do); again on the same connection when a session the broker limits runs out."""
+        assert self.security is not None
+        client = self.security.sasl_client()
+        assert client is not None  # uses_sasl: ClientSecurity holds a mechanism and user
+        self.version_for(SASL_HANDSHAKE)
+        exchange = self.core.authentication(client, self.version_for(SASL_AUTHENTICATE))
+        try:
+            request = next(exchange)
+            while True:
+                response = self._round_trip(request.api_key, request.version, request.body)
+                request = exchange.send(response)
+        except StopIteration:
+            pass
+        except SaslFailure as exc:
+            raise KafkaApiError(
+                exc.code,
+                f"SASL authentication of {client.mechanism} user {self.security.username!r} "
+                f"with {self.address} failed: {exc}",
+            ) from None
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return _TLS_ALERTS.get(exc.reason, f"TLS error {exc.reason}")
+    return exc.strerror or str(exc) or type(exc).__name__

@@ -1,0 +1,134 @@
+"""Requests to bytes and response frames to values: kio's schemas on the wire, sans-IO.
+
+Requests use header v1 (v2 for flexible versions); responses are read past header v0 (v1
+for flexible ones, except ApiVersions, which always answers with v0 so any client can read
+it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import struct
+import types
+from typing import Any, get_args, get_origin
+
+from kio.index import load_payload_module
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32, i64
+
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+
+__all__ = [
+    "SIZE",
+    "FrameError",
+    "api_name",
+    "decode_response",
+    "encode",
+    "encode_request",
+    "lenient_schema",
+    "request_entity",
+]
+
+SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+_VERSIONS_TRIED = 8  # kio drops versions Kafka removed: try a few for the name
+
+
+class FrameError(ValueError):
+    """A response frame that does not decode as the answer expected."""
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (WriteTxnMarkers), from kio's schema."""
+    for version in range(_VERSIONS_TRIED):
+        try:
+            return str(request_type(api_key, version).__name__).removesuffix("Request")
+        except Exception:  # kio lacks this version (removed ones) or the key itself
+            continue
+    return f"API {api_key}"
+
+
+def encode(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, client_id: str, request: Any
+) -> bytes:
+    """One whole request frame, size prefix included."""
+    header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
+    header = header_cls(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    payload = encode(header) + encode(request)
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_response(api_key: int, cls: Any, frame: bytes, correlation_id: int) -> Any:
+    """The body of a response frame (size prefix removed) of schema `cls`."""
+    try:
+        (correlation,) = _CORRELATION.unpack_from(frame, 0)
+        if correlation != correlation_id:
+            raise ValueError(f"correlation id {correlation}, expected {correlation_id}")
+        pos = _CORRELATION.size
+        if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+            _, pos = entity_reader(ResponseHeaderV1)(frame, 0)
+        body, _ = entity_reader(cls)(frame, pos)
+    except Exception as exc:  # kio raises assorted errors on bytes it cannot parse
+        raise FrameError(str(exc)) from exc
+    return body
+
+
+def request_entity(api_key: int, api_version: int, name: str, /, **fields: Any) -> Any:
+    """A nested request entity of one API version (e.g. DescribeProducers' TopicRequest)."""
+    module = load_payload_module(api_key, api_version, EntityType.request)
+    return build(getattr(module, name), **fields)
+
+
+_SCHEMA_CLASS_VARS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+
+
+@functools.cache
+def lenient_schema(cls: Any) -> Any:
+    """`cls` with every datetime_i64 field read as plain int64 milliseconds.
+
+    kio refuses to read a negative timestamp, yet Kafka sends -1 for "none" (e.g. the
+    start time of a transactional id with no transaction running in DescribeTransactions).
+    Returns `cls` itself when nothing in it (or nested in it) needs the change.
+    """
+    changed = False
+    fields = []
+    for f in dataclasses.fields(cls):
+        kind, metadata = f.type, dict(f.metadata)
+        if metadata.get("kafka_type") == "datetime_i64":
+            kind, metadata["kafka_type"], changed = i64, "int64", True
+        elif get_origin(kind) is tuple and dataclasses.is_dataclass(get_args(kind)[0]):
+            inner = lenient_schema(get_args(kind)[0])
+            if inner is not get_args(kind)[0]:
+                kind, changed = types.GenericAlias(tuple, (inner, ...)), True
+        elif isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            inner = lenient_schema(kind)
+            if inner is not kind:
+                kind, changed = inner, True
+        extra: dict[str, Any] = {}
+        if f.default is not dataclasses.MISSING:
+            extra["default"] = f.default
+        fields.append((f.name, kind, dataclasses.field(metadata=metadata, **extra)))
+    if not changed:
+        return cls
+    namespace = {name: getattr(cls, name) for name in _SCHEMA_CLASS_VARS if hasattr(cls, name)}
+    return dataclasses.make_dataclass(
+        cls.__name__, fields, namespace=namespace, frozen=True, slots=True, kw_only=True
+    )
