@@ -192,12 +192,12 @@ def test_coordinators_and_acknowledgements(make_broker: Callable[[], Broker]) ->
         batch = build_batch([(b"k", b"v", ())], timestamp_ms=int(time.time() * 1000))
         scanned, _ = scan_batches(batch)
         result = plog.append_batches(batch, [b.header for b in scanned], from_client=False)
-        broker.appended(plog)
-        wait = broker.acknowledgement(plog, result.last_offset, -1, 5000)
+        broker.writes.appended(plog)
+        wait = broker.writes.acknowledgement(plog, result.last_offset, -1, 5000)
         assert wait is not None  # durable: the fsync (and the high watermark, replicated)
         await asyncio.wait_for(wait, 10)
         assert plog.high_watermark == result.last_offset + 1
-        assert broker.acknowledgement(plog, result.last_offset, 1, 5000) is None
+        assert broker.writes.acknowledgement(plog, result.last_offset, 1, 5000) is None
 
     run(make_broker, body)
 

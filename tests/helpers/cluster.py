@@ -56,9 +56,10 @@ class ClusterBroker(BrokerProcess):
     with the same command, data dir and port; `kill()` is SIGKILL, `stop()` SIGTERM and
     wait, `pause()`/`resume()` SIGSTOP/SIGCONT, `log_tail()` the end of its log.
 
-    After a kill, the broker's registration in ZooKeeper lives until its session expires,
-    and a broker with the same id is refused until then (as in Kafka): `start()` waits for
-    that first."""
+    After a kill, the broker's registration in ZooKeeper lives until its session expires; a
+    broker started again with the same id and address waits for that itself (one log line),
+    but `start()` waits for it first, so that a test's timings start from a registered
+    broker."""
 
     def __init__(self, cluster: Cluster, broker_id: int, port: int) -> None:
         data_dir = cluster.root / f"broker-{broker_id}"

@@ -160,7 +160,7 @@ def test_a_three_broker_cluster_runs_restarts_a_broker_by_hand_and_stops(tmp_pat
         os.kill(victim["pid"], signal.SIGKILL)
         wait_until("broker 2 gone", lambda: not pid_alive(victim["pid"]))
         # Its registration lives until its ZooKeeper session expires; a broker started with
-        # the same id before that is refused (as in Kafka).
+        # the same id and address before that waits for it to expire.
         wait_until(
             "Metadata without broker 2",
             lambda: metadata_brokers(bootstrap) == {1, 3},

@@ -217,7 +217,7 @@ def test_below_the_threshold_an_open_transaction_still_commits() -> None:
         from onceflow.records.batch import validate_produced_batches
 
         plog.append_batches(batch, validate_produced_batches(batch, 1 << 20))
-        h.broker.appended(plog)
+        h.broker.writes.appended(plog)
         h.low_on_space(1 * MIB)
         assert (await h.produce(1))[0].error_code is ErrorCode.kafka_storage_error
         assert await coordinator.end_txn("tx", pid, epoch, commit=True) is ErrorCode.none

@@ -1202,21 +1202,21 @@ def test_aborting_a_hanging_transaction_needs_alter_or_cluster_action(tmp_path: 
             base_sequence=0, transactional=True,
         )  # fmt: skip
         plog.append_batches(batch, validate_produced_batches(batch, 1 << 20))
-        h.broker.appended(plog)
+        h.broker.writes.appended(plog)
         topics = (nested(27, 1, "WritableTxnMarkerTopic", name=OPEN, partition_indexes=(0,)),)
         marker = nested(
             27, 1, "WritableTxnMarker", producer_id=900, producer_epoch=0,
             transaction_result=False, topics=topics, coordinator_epoch=0,
         )  # fmt: skip
-        stuck = h.broker.last_stable_offset(plog)
+        stuck = plog.last_stable_offset
         response = await h.call(27, 1, markers=(marker,))
         assert partition_errors(response.markers[0].topics) == {(OPEN, 0): CLUSTER_DENIED}
-        assert (h.broker.last_stable_offset(plog), plog.log_end_offset) == (stuck, 1)
+        assert (plog.last_stable_offset, plog.log_end_offset) == (stuck, 1)
         assert h.acl.quiet == [cluster(Op.ALTER)]  # the fallback CLUSTER_ACTION is audited
         assert h.acl.calls == [cluster(Op.ALTER), cluster(Op.CLUSTER_ACTION)]
         h.acl.grant(cluster(Op.ALTER))  # what Kafka 3.8+ lets the abort tool use
         response = await h.call(27, 1, markers=(marker,))
         assert partition_errors(response.markers[0].topics) == {(OPEN, 0): ErrorCode.none}
-        assert h.broker.last_stable_offset(plog) == plog.log_end_offset == 2
+        assert plog.last_stable_offset == plog.log_end_offset == 2
 
     run(tmp_path, body)

@@ -50,7 +50,7 @@ def test_first_writes_of_one_request_are_added_with_one_log_record(tmp_path: Pat
         assert codes == {ErrorCode.none}
         states = [
             decode_value(TXN_ID, entry.value).state
-            for entry in h.broker.read_internal(TXN_TOPIC, coordinator.partition_for(TXN_ID))
+            for entry in h.broker.writes.read_internal(TXN_TOPIC, coordinator.partition_for(TXN_ID))
             if entry.key is not None and entry.value is not None and decode_key(entry.key) == TXN_ID
         ]
         assert states == [TxnState.EMPTY, TxnState.ONGOING]
@@ -132,14 +132,14 @@ def test_a_topic_recreated_while_the_coordinator_is_asked_validates_the_write_ag
         h.use(None)
         broker = h.broker
         init = await broker.txn_coordinator.init_producer_id(TXN_ID, 60_000)
-        ask = broker.ask_coordinator_all
+        ask = broker.writes.ask_coordinator_all
 
         async def recreating(needs: Any) -> Any:
             await broker.delete_topic(OPEN)
             await broker.create_topic(OPEN, 2, {"max.message.bytes": "20"})
             return await ask(needs)
 
-        broker.ask_coordinator_all = recreating  # type: ignore[method-assign]
+        broker.writes.ask_coordinator_all = recreating  # type: ignore[method-assign]
         response = await h.call(
             ApiKey.PRODUCE, 12, **produce_v12(init.producer_id, init.producer_epoch, (0,))
         )

@@ -122,7 +122,7 @@ class InProcessBroker:
                 transactional=transactional,
             )
             result = plog.append_batches(batch, validate_produced_batches(batch, 1 << 20))
-            self.broker.appended(plog)
+            self.broker.writes.appended(plog)
             await self.broker.flusher.durable(plog, result.last_offset)
             return result.first_offset
 

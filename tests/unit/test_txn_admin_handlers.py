@@ -83,7 +83,7 @@ class Harness:
             transactional=transactional,
         )
         result = plog.append_batches(batch, validate_produced_batches(batch, 1 << 20))
-        self.broker.appended(plog)
+        self.broker.writes.appended(plog)
         return result.first_offset
 
     async def open_txn(self, txn_id: str, *partitions: int) -> tuple[int, int]:

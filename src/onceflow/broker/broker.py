@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
@@ -25,45 +24,35 @@ from onceflow.broker.topics import INTERNAL_TOPICS, CreatedTopic, validate_topic
 from onceflow.broker.topology.base import NO_LEADER, PartitionView, Topology
 from onceflow.broker.topology.standalone import StandaloneTopology
 from onceflow.broker.topology.zookeeper import ZkTopology
-from onceflow.broker.verification import RemoteVerification
+from onceflow.broker.writes import OFFSETS_TOPIC, TXN_TOPIC, Writes
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
-from onceflow.coordinator.group.log import LogEntry, decode_entries
+from onceflow.coordinator.group.log import LogEntry
 from onceflow.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
 )
-from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError
-from onceflow.failpoints import failpoint
-from onceflow.invariants import invariant
 from onceflow.protocol.topic_ids import parse_topic_id
-from onceflow.protocol.txn_support import TxnSupport, write_refusal
-from onceflow.records.batch import BatchHeader, scan_batches
+from onceflow.protocol.txn_support import TxnSupport
 from onceflow.replication.partition import Partition, Role
 from onceflow.storage.cleaner import LogCleaner
 from onceflow.storage.disk_space import DiskSpaceGuard, DiskState
-from onceflow.storage.failures import LogOffline, OutOfSpace
+from onceflow.storage.failures import LogOffline
 from onceflow.storage.flusher import GroupCommitFlusher
 from onceflow.storage.fs import FileSystem, RealFileSystem
 from onceflow.storage.log_manager import LogManager
 from onceflow.storage.partition_log import LogConfig, PartitionLog
-from onceflow.storage.producer_state import NO_TXN
 
 if TYPE_CHECKING:
     from onceflow.broker.server import KafkaConnection
     from onceflow.security.authorizer import Authorizer
 
 log = logging.getLogger(__name__)
-
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_TOPIC = "__transaction_state"
-#: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
-INTERNAL_WRITE_TIMEOUT_MS = 5000
 
 
 class Broker:
@@ -104,18 +93,21 @@ class Broker:
         )
         # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
         self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
-        self.flusher = GroupCommitFlusher(
-            on_flushed=self._flushed,
-            on_round=self.metrics.flush_round if self.metrics is not None else None,
-        )
         self.purgatory = FetchPurgatory()
         # Followers' fetches wait for appends, not for the high watermark.
         self.replica_purgatory = FetchPurgatory()
+        self.writes = Writes(
+            self.node_id, lambda: self.config, self.logs, self.purgatory, self.replica_purgatory
+        )
+        self.flusher = GroupCommitFlusher(
+            on_flushed=self.writes.flushed,
+            on_round=self.metrics.flush_round if self.metrics is not None else None,
+        )
         self.cleaner = LogCleaner()
         self.producer_ids = ProducerIdManager(self.fs, self.log_dir)
         self.txn_coordinator = TransactionCoordinator(
-            _TxnTopicLog(self),
-            self,
+            _TxnTopicLog(self.writes),
+            self.writes,
             self.producer_ids,
             self.clock,
             TxnCoordinatorConfig(
@@ -128,7 +120,7 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self.group_coordinator = GroupCoordinator(
             clock=self.clock,
-            log=_OffsetsTopicLog(self),
+            log=_OffsetsTopicLog(self.writes),
             config=GroupCoordinatorConfig.from_broker_config(config),
             topics=self._topic_size,
             topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
@@ -137,6 +129,9 @@ class Broker:
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
         self.topology = self._topology()
+        self.writes.attach(
+            self.flusher, self.topology, self.txn_coordinator, self.group_coordinator
+        )
         self._timers: list[asyncio.Task[None]] = []
 
     def _topology(self) -> Topology:
@@ -149,7 +144,7 @@ class Broker:
                 self.fs,
                 self.log_dir,
                 self.logs,
-                host=self,
+                host=self.writes,
                 producer_ids=self.producer_ids,
                 security=self.security,
                 dynamic_config=self.dynamic_config,
@@ -463,298 +458,12 @@ class Broker:
     def log_for_produce(self, topic: str, partition: int) -> PartitionLog:
         return self.topology.log_for_produce(topic, partition)
 
-    # ---- appends and visibility ------------------------------------------------------
-
-    def appended(self, plog: PartitionLog) -> None:
-        """After any append: schedule the group commit, wake the followers' fetches, and
-        consumers' too when the high watermark moved."""
-        self.flusher.mark(plog)
-        key = (plog.topic, plog.partition)
-        self.replica_purgatory.notify(key)
-        if self.topology.appended(plog):
-            self.purgatory.notify(key)
-
-    def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
-        return self.flusher.durable(plog, offset)
-
-    def _flushed(self, plog: PartitionLog) -> None:
-        if self.topology.flushed(plog):
-            self.purgatory.notify((plog.topic, plog.partition))
-
-    def follower_fetched(
-        self, plog: PartitionLog, replica: int, fetch_offset: int, log_start_offset: int = -1
-    ) -> None:
-        """A follower's fetch: it holds what is below fetch_offset (durably, in durable
-        mode) and its log starts at log_start_offset; the high watermark may move and wake
-        consumers and acks=all producers, the low watermark complete DeleteRecords."""
-        start = log_start_offset if log_start_offset >= 0 else None
-        if self.topology.follower_fetched(plog, replica, fetch_offset, start):
-            self.purgatory.notify((plog.topic, plog.partition))
-
-    def check_replicas(self, plog: PartitionLog, acks: int) -> None:
-        """acks=all: refused before the append when the ISR is too small."""
-        self.topology.check_replicas(plog, acks)
-
-    def acknowledgement(
-        self, plog: PartitionLog, last_offset: int, acks: int, timeout_ms: int
-    ) -> asyncio.Future[None] | None:
-        """What a produce response waits for: nothing (acks=0/1), the fsync of this
-        replica (acks=all, alone) or the high watermark, which in durable mode means the
-        disk of every in-sync replica (acks=all, on a cluster)."""
-        return self.topology.acknowledgement(plog, last_offset, acks, timeout_ms, self.durable)
-
-    def last_stable_offset(self, plog: PartitionLog) -> int:
-        return plog.last_stable_offset
-
-    async def write_markers(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        partitions: frozenset[TopicPartition],
-    ) -> None:
-        """The MarkerWriter of the transaction coordinator: markers of partitions led here
-        are appended directly, the others go to their leaders as WriteTxnMarkers; every
-        marker is durable (replicated, on a cluster) before this returns, else it raises
-        and the coordinator retries."""
-        written: list[tuple[PartitionLog, int]] = []
-        remote: dict[int, list[tuple[str, int]]] = {}
-        for topic, partition in sorted(partitions):
-            if not self.topology.has_partition(topic, partition):
-                continue  # the topic was deleted: nothing left to mark
-            leader = self.topology.partition_view(topic, partition).leader
-            if leader != self.node_id:
-                remote.setdefault(leader, []).append((topic, partition))
-                continue
-            plog = self.leader_log(topic, partition)  # else raise: the coordinator retries
-            try:
-                result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-            except (OutOfSpace, LogOffline):
-                raise  # not written: the coordinator retries until it is
-            except KafkaError as exc:
-                # The partition already moved past this transaction (newer epoch or
-                # coordinator): there is nothing left for this marker to end.
-                log.warning("marker for %s-%d skipped: %s", topic, partition, exc)
-                continue
-            self.appended(plog)
-            written.append((plog, result.last_offset))
-        if remote:
-            if written:
-                failpoint("txn.between_markers")
-            peers = self.topology.peers
-            await asyncio.gather(
-                *(
-                    peers.write(
-                        leader, producer_id, producer_epoch, coordinator_epoch, commit, targets
-                    )
-                    for leader, targets in remote.items()
-                )
-            )
-        for plog, offset in written:
-            wait = self.acknowledgement(plog, offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
-            if wait is not None:
-                await wait
-            if plog.topic == OFFSETS_TOPIC:
-                self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
-
-    def verify_transactional(
-        self,
-        transactional_id: str | None,
-        header: BatchHeader,
-        topic: str,
-        partition: int,
-        verified: RemoteVerification | None = None,
-        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
-    ) -> None:
-        """KIP-890: a transactional write is appended only to a partition of its producer's
-        ongoing transaction. Asked of the local coordinator at once; a remote one is asked
-        by the caller (RemoteVerification raised here), which then calls again with its
-        answer, `verified`. A refusal is raised with the code the client's request version
-        (`support`) understands. A transaction version 2 write (`support` ADD_PARTITION)
-        adds its partition to the transaction the same way (the caller asks the
-        coordinator, here or elsewhere, to add it), whatever the switch says."""
-        add = support is TxnSupport.ADD_PARTITION and transactional_id is not None
-        if not add and not self.config.transaction_partition_verification_enable:
-            return  # Kafka's switch; off only to reproduce Kafka's old hanging transactions
-        elsewhere = self._coordinator_elsewhere(transactional_id)
-        if add or elsewhere:
-            assert transactional_id is not None
-            self._check_answer(transactional_id, header, topic, partition, verified, support, add)
-            if elsewhere:
-                return  # the remote coordinator's answer stands
-        try:
-            self.txn_coordinator.verify(
-                transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
-            )
-        except KafkaError as exc:
-            raise KafkaError(write_refusal(exc.code, support), exc.message) from exc
-
-    def _coordinator_elsewhere(self, transactional_id: str | None) -> bool:
-        """Whether the id's coordinator is another (live) broker, to be asked over the wire."""
-        if transactional_id is None:
-            return False
-        error = self.txn_coordinator.coordinator_error(transactional_id)
-        if error is not ErrorCode.not_coordinator:
-            return False
-        return self._txn_coordinator_node(transactional_id) not in (self.node_id, NO_LEADER)
-
-    def _txn_coordinator_node(self, transactional_id: str) -> int:
-        txn_partition = self.txn_coordinator.partition_for(transactional_id)
-        return self.topology.partition_view(TXN_TOPIC, txn_partition).leader
-
-    def _check_answer(
-        self,
-        transactional_id: str,
-        header: BatchHeader,
-        topic: str,
-        partition: int,
-        verified: RemoteVerification | None,
-        support: TxnSupport,
-        add: bool,
-    ) -> None:
-        """Before the coordinator was asked (`verified` None): raise RemoteVerification
-        unless the producer's transaction is already open here at this epoch (so still
-        ongoing, verified or added before). With its answer: raise its refusal, or
-        NOT_ENOUGH_REPLICAS when the answer may be stale (Kafka's VerificationGuard): a
-        marker at the write's epoch landed here while the coordinator was asked.
-
-        Only a verification (transaction version 0) or a remote add at an epoch this
-        partition has already seen is guarded. A local add is verified again in the same
-        step as the append, and a transaction version 2 end bumps the epoch, so its markers
-        are above the write's and the producer state refuses the write after them; the
-        previous transaction's markers, which the coordinator waits for before it adds,
-        must not make the next transaction's first write retry."""
-        plog = self.leader_log(topic, partition)
-        entry = plog.producer_state.producers.get(header.producer_id)
-        epoch_seen = entry is not None and entry.epoch == header.producer_epoch
-        markers = plog.markers_written.get(header.producer_id, 0)
-        if verified is None:
-            if epoch_seen and entry is not None and entry.txn_first_offset != NO_TXN:
-                return
-            guarded = not add or (epoch_seen and self._coordinator_elsewhere(transactional_id))
-            raise RemoteVerification(
-                transactional_id,
-                header.producer_id,
-                header.producer_epoch,
-                topic,
-                partition,
-                markers if guarded else None,
-                add=add,
-            )
-        if verified.markers_before is not None and markers != verified.markers_before:
-            raise KafkaError(
-                ErrorCode.not_enough_replicas,
-                f"{plog.name}: a transaction ended while the coordinator was asked; retry",
-            )
-        if verified.error is not ErrorCode.none:
-            raise KafkaError(
-                write_refusal(verified.error, support),
-                f"{plog.name}: the transaction coordinator refused the write "
-                f"({verified.error.name.lower()})",
-            )
-
-    async def ask_coordinator(self, need: RemoteVerification) -> RemoteVerification:
-        """The answer for one write; see `ask_coordinator_all`."""
-        (answer,) = await self.ask_coordinator_all([need])
-        return answer
-
-    async def ask_coordinator_all(
-        self, needs: list[RemoteVerification]
-    ) -> list[RemoteVerification]:
-        """Ask the transactional ids' coordinators, once per producer and kind, whether the
-        partitions are in the producer's ongoing transaction (KIP-890), or for transaction
-        version 2 writes (`add`) to add them: one transaction-log record (and one
-        AddPartitionsToTxn when the coordinator is elsewhere) for all the first writes of a
-        Produce request, as Kafka's AddPartitionsToTxnManager batches them. The answers, in
-        the order of `needs`, go back to verify_transactional."""
-        groups: dict[tuple[str, int, int, bool], list[int]] = {}
-        for i, need in enumerate(needs):
-            key = (need.transactional_id, need.producer_id, need.producer_epoch, need.add)
-            groups.setdefault(key, []).append(i)
-        answers = list(needs)
-        for key, indices in groups.items():
-            errors = await self._ask(*key, [(needs[i].topic, needs[i].partition) for i in indices])
-            for i in indices:
-                need = needs[i]
-                answers[i] = dataclasses.replace(need, error=errors[(need.topic, need.partition)])
-        return answers
-
-    async def _ask(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        add: bool,
-        partitions: list[TopicPartition],
-    ) -> dict[TopicPartition, ErrorCode]:
-        if add and not self._coordinator_elsewhere(transactional_id):
-            error = await self.txn_coordinator.add_partitions(
-                transactional_id, producer_id, producer_epoch, partitions, client_version=2
-            )
-            return dict.fromkeys(partitions, error)
-        coordinator = self._txn_coordinator_node(transactional_id)
-        try:
-            return await self.topology.peers.verify(
-                coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add
-            )
-        except KafkaError as exc:
-            return dict.fromkeys(partitions, exc.code)
-
-    async def append_internal(
-        self,
-        topic: str,
-        partition: int,
-        batch: bytes,
-        transactional_id: str | None = None,
-        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
-    ) -> int:
-        """Append a batch the broker built itself; return once it is durable.
-
-        A transactional batch (a TxnOffsetCommit) passes the same KIP-890 check as a
-        produced one: its partition must be in the producer's ongoing transaction.
-        """
-        plog = self.leader_log(topic, partition)
-        # Built by the broker itself: only whole and intact are checked, not the client
-        # rules (a TxnOffsetCommit batch has a producer id but no sequence, as in Kafka).
-        scanned, end = scan_batches(batch)
-        invariant(end == len(batch) and bool(scanned), "an internal batch is malformed")
-        headers = [b.header for b in scanned]
-        if headers[0].is_transactional:
-            try:
-                self.verify_transactional(
-                    transactional_id, headers[0], topic, partition, support=support
-                )
-            except RemoteVerification as need:
-                answer = await self.ask_coordinator(need)
-                self.verify_transactional(
-                    transactional_id, headers[0], topic, partition, answer, support
-                )
-        self.check_replicas(plog, -1)
-        result = plog.append_batches(batch, headers, from_client=False)
-        self.appended(plog)
-        wait = self.acknowledgement(plog, result.last_offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
-        if wait is not None:
-            await wait
-        return result.first_offset
-
-    def read_internal(self, topic: str, partition: int) -> Iterator[LogEntry]:
-        """Every record of an internal partition, markers included, oldest first."""
-        plog = self.logs.get(topic, partition)
-        if plog is None:
-            return
-        for segment in plog.segments:
-            for location in segment.read_headers():
-                yield from decode_entries(
-                    segment.read_bytes(location.position, location.header.size)
-                )
-
 
 class _OffsetsTopicLog:
     """The OffsetsLog the group coordinator persists through."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, writes: Writes) -> None:
+        self._writes = writes
 
     def append(
         self,
@@ -763,24 +472,24 @@ class _OffsetsTopicLog:
         transactional_id: str | None = None,
         support: TxnSupport = TxnSupport.DEFAULT_ERROR,
     ) -> Awaitable[int]:
-        return self._broker.append_internal(
+        return self._writes.append_internal(
             OFFSETS_TOPIC, partition, batch, transactional_id, support
         )
 
     def read(self, partition: int) -> Iterable[LogEntry]:
-        return self._broker.read_internal(OFFSETS_TOPIC, partition)
+        return self._writes.read_internal(OFFSETS_TOPIC, partition)
 
 
 class _TxnTopicLog:
     """The TxnLog the transaction coordinator persists through."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, writes: Writes) -> None:
+        self._writes = writes
 
     def append(self, partition: int, batch: bytes) -> Awaitable[int]:
-        return self._broker.append_internal(TXN_TOPIC, partition, batch)
+        return self._writes.append_internal(TXN_TOPIC, partition, batch)
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        for entry in self._broker.read_internal(TXN_TOPIC, partition):
+        for entry in self._writes.read_internal(TXN_TOPIC, partition):
             if entry.control is None:
                 yield entry.key, entry.value

@@ -7,7 +7,6 @@ exactly what it needs.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Mapping, MutableSet
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,14 +16,12 @@ from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import SecurityState
 from onceflow.broker.topics import CreatedTopic
 from onceflow.broker.topology.base import PartitionView, Topology
-from onceflow.broker.verification import RemoteVerification
+from onceflow.broker.writes import Writes
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.transaction.coordinator import TransactionCoordinator
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
-from onceflow.protocol.txn_support import TxnSupport
-from onceflow.records.batch import BatchHeader
 from onceflow.replication.partition import Partition
 from onceflow.storage.disk_space import DiskSpaceGuard
 from onceflow.storage.log_manager import LogManager
@@ -76,10 +73,8 @@ class BrokerServices(Protocol):
     def metrics(self) -> BrokerMetrics | None: ...
     @property
     def connections(self) -> MutableSet[Any]: ...
-
-    def acknowledgement(
-        self, plog: PartitionLog, last_offset: int, acks: int, timeout_ms: int
-    ) -> asyncio.Future[None] | None: ...
+    @property
+    def writes(self) -> Writes: ...
 
     async def alter_topic_configs(
         self,
@@ -88,15 +83,7 @@ class BrokerServices(Protocol):
         validate_only: bool,
     ) -> None: ...
 
-    def appended(self, plog: PartitionLog) -> None: ...
-
-    async def ask_coordinator_all(
-        self, needs: list[RemoteVerification]
-    ) -> list[RemoteVerification]: ...
-
     async def auto_create_topic(self, name: str) -> None: ...
-
-    def check_replicas(self, plog: PartitionLog, acks: int) -> None: ...
 
     def controller_id(self) -> int: ...
 
@@ -122,13 +109,7 @@ class BrokerServices(Protocol):
 
     async def delete_topic(self, name: str) -> None: ...
 
-    def follower_fetched(
-        self, plog: PartitionLog, replica: int, fetch_offset: int, log_start_offset: int = -1
-    ) -> None: ...
-
     def has_partition(self, topic: str, partition: int) -> bool: ...
-
-    def last_stable_offset(self, plog: PartitionLog) -> int: ...
 
     def leader_log(self, topic: str, partition: int) -> PartitionLog: ...
 
@@ -153,13 +134,3 @@ class BrokerServices(Protocol):
     def topic_partition_count(self, name: str) -> int | None: ...
 
     def topics_by_id(self) -> dict[uuid.UUID, str]: ...
-
-    def verify_transactional(
-        self,
-        transactional_id: str | None,
-        header: BatchHeader,
-        topic: str,
-        partition: int,
-        verified: RemoteVerification | None = None,
-        support: TxnSupport = TxnSupport.DEFAULT_ERROR,
-    ) -> None: ...

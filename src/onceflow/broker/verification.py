@@ -10,7 +10,7 @@ from onceflow.errors import ErrorCode
 @dataclasses.dataclass(frozen=True)
 class RemoteVerification(Exception):
     """A transactional write whose coordinator is another broker: the caller asks it
-    (`Broker.ask_coordinator`) and appends again with the answer."""
+    (`Writes.ask_coordinator`) and appends again with the answer."""
 
     transactional_id: str
     producer_id: int

@@ -167,7 +167,7 @@ def _read_partition(
                 return diverging
         if replica >= 0:
             return _read_for_follower(ctx, plog, p, max_bytes, replica)
-        lso = broker.last_stable_offset(plog)
+        lso = plog.last_stable_offset
         upper = lso if committed else plog.high_watermark
         result = plog.read(p.fetch_offset, max_bytes, upper, min_one)
     except KafkaError as exc:
@@ -255,7 +255,9 @@ def _read_for_follower(
             f"{replica} is not a follower of {plog.name}",
         )
     result = plog.read(p.fetch_offset, max_bytes, plog.log_end_offset, True)
-    ctx.broker.follower_fetched(plog, replica, p.fetch_offset, getattr(p, "log_start_offset", -1))
+    ctx.broker.writes.follower_fetched(
+        plog, replica, p.fetch_offset, getattr(p, "log_start_offset", -1)
+    )
     return _PartitionRead(
         p.partition,
         ErrorCode.none,

@@ -118,7 +118,7 @@ def _lookup(ctx: RequestContext, request: Any, topic: str, p: Any) -> _Answer:
     if not client:
         limit = plog.log_end_offset
     elif version >= 2 and request.isolation_level == READ_COMMITTED:
-        limit = ctx.broker.last_stable_offset(plog)
+        limit = plog.last_stable_offset
     else:
         limit = plog.high_watermark
     lagging = client and _high_watermark_lags(ctx, plog)

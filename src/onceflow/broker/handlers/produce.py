@@ -68,7 +68,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 row.append(outcome)
         answers.append(row)
     if asking:
-        replies = await broker.ask_coordinator_all([q.need for _, _, q in asking])
+        replies = await broker.writes.ask_coordinator_all([q.need for _, _, q in asking])
         for (t, p, question), reply in zip(asking, replies, strict=True):
             topic_data = request.topic_data[t]
             answered = dataclasses.replace(question, need=reply)
@@ -182,7 +182,7 @@ class _PartitionStep:
                 append_time = datetime.datetime.fromtimestamp(
                     result.log_append_time / 1000, datetime.UTC
                 )
-            wait = broker.acknowledgement(plog, result.last_offset, acks, self._timeout_ms)
+            wait = broker.writes.acknowledgement(plog, result.last_offset, acks, self._timeout_ms)
         except KafkaError as exc:
             error, message = exc.code, exc.message or None
             if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
@@ -330,15 +330,15 @@ def _append(
     verified: RemoteVerification | None,
 ) -> AppendResult:
     if any(h.is_transactional for h in headers):
-        broker.verify_transactional(
+        broker.writes.verify_transactional(
             transactional_id, headers[0], plog.topic, partition, verified, support
         )
     # Below the free-space threshold client data waits; the space left is for what
     # finishes in-flight work (markers, the transaction log, offset commits).
     broker.disk.admit_client_write()
-    broker.check_replicas(plog, acks)
+    broker.writes.check_replicas(plog, acks)
     result = plog.append_batches(records, headers)
-    broker.appended(plog)
+    broker.writes.appended(plog)
     return result
 
 

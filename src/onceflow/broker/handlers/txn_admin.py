@@ -256,11 +256,11 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                 except KafkaError as exc:
                     errors[(topic.name, index)] = exc.code
                     continue
-                broker.appended(plog)
+                broker.writes.appended(plog)
                 written.append((plog, appended.last_offset))
                 errors[(topic.name, index)] = ErrorCode.none
         for plog, offset in written:
-            wait = broker.acknowledgement(plog, offset, -1, MARKER_TIMEOUT_MS)
+            wait = broker.writes.acknowledgement(plog, offset, -1, MARKER_TIMEOUT_MS)
             if wait is not None:
                 try:
                     await wait

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from onceflow.clock import Clock
+from onceflow.config.transactions import TransactionKeys
 from onceflow.coordinator.group.offsets import java_string_hash
 from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.transaction.log import (
@@ -103,9 +104,11 @@ class MarkerWriter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TxnCoordinatorConfig:
-    num_partitions: int = 50
-    max_timeout_ms: int = 900_000
-    id_expiration_ms: int = 604_800_000
+    """The coordinator's settings, defaulting to the broker keys' (onceflow.config)."""
+
+    num_partitions: int = TransactionKeys.transaction_state_log_num_partitions
+    max_timeout_ms: int = TransactionKeys.transaction_max_timeout_ms
+    id_expiration_ms: int = TransactionKeys.transactional_id_expiration_ms
 
 
 @dataclass(frozen=True, slots=True)
