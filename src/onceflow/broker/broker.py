@@ -114,6 +114,7 @@ class Broker:
                 num_partitions=config.transaction_state_log_num_partitions,
                 max_timeout_ms=config.transaction_max_timeout_ms,
                 id_expiration_ms=config.transactional_id_expiration_ms,
+                two_phase_commit=config.transaction_two_phase_commit_enable,
             ),
             coordinator_epoch=0,  # each partition's leader epoch, given at its load
         )

@@ -49,6 +49,12 @@ class TransactionKeys:
         "Check with the coordinator that a transactional write's partition was added to the "
         "transaction before appending it (KIP-890).",
     )
+    transaction_two_phase_commit_enable: bool = key(
+        "transaction.two.phase.commit.enable", BOOL, False, None,
+        "Let producers take part in two-phase commit (KIP-939): an InitProducerId with "
+        "enable2Pc starts transactions that no timeout aborts, which an external "
+        "coordinator completes. Off: such a request gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.",
+    )
     onceflow_transaction_version: int = key(
         "onceflow.transaction.version", INT, 0, between(0, 2),
         "The finalized level of Kafka's transaction.version feature that ApiVersions "

@@ -81,7 +81,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 6),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),

@@ -115,6 +115,11 @@ _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 # delete it when the ranges meet, add one when Onceflow goes past Kafka 4.1.
 GAPS: dict[int, str] = {
     17: "v0 (SASL tokens without SaslAuthenticate framing) is not served",
+    22: (
+        "v6 (KIP-939, two-phase commit: enable2Pc, keepPreparedTxn) is served; Kafka lists "
+        "it as unstable, and its trunk answers keepPreparedTxn UNSUPPORTED_VERSION "
+        "(KAFKA-20739) where Onceflow keeps the open transaction as the KIP specifies"
+    ),
     27: (
         "v2 (Kafka 4.2, KIP-1228: the marker's transaction version) is advertised too, "
         "a superset: Onceflow's brokers send v1"

@@ -66,6 +66,7 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939: InitProducerId with enable2Pc, on a TRANSACTIONAL_ID
 
 
 class AclPermissionType(enum.IntEnum):
@@ -144,5 +145,5 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
             _Op.DESCRIBE,
         }
     ),
-    ResourceType.TRANSACTIONAL_ID: frozenset({_Op.DESCRIBE, _Op.WRITE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_Op.DESCRIBE, _Op.WRITE, _Op.TWO_PHASE_COMMIT}),
 }

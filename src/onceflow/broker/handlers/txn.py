@@ -3,9 +3,13 @@
 EndTxn v5 and AddPartitionsToTxn v5 without verify_only are transaction version 2 (KIP-890
 part 2): an epoch bump at every end, and a partition added by its leader for a write.
 
+InitProducerId v6 is KIP-939's two-phase commit: enable2Pc (transactions no timeout aborts)
+and keepPreparedTxn (a new instance keeps the open transaction to complete it).
+
 Authorization is Kafka's, before the coordinator is asked: a transactional id needs WRITE
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer's InitProducerId needs
-IDEMPOTENT_WRITE on the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED, KIP-679);
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and TWO_PHASE_COMMIT too with enable2Pc; an
+idempotent producer's InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some
+topic (CLUSTER_AUTHORIZATION_FAILED, KIP-679);
 AddPartitionsToTxn also WRITE on each topic (an internal topic is always refused: only
 the coordinators add those), and from v4 (brokers verifying, KIP-890) CLUSTER_ACTION;
 AddOffsetsToTxn READ on the group.
@@ -45,8 +49,13 @@ def _fenced_for(version: int, first_version_with_fenced: int, error: ErrorCode) 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     """Without a transactional id: a brand-new producer id at epoch 0, whatever id and
     epoch a KIP-360 client sends, since a fresh id can never collide with state a partition
-    still holds. With one: the transaction coordinator's epoch bump and fencing."""
-    denied = _init_denied(ctx, request.transactional_id)
+    still holds. With one: the transaction coordinator's epoch bump and fencing. The two
+    KIP-939 flags need a transactional id (INVALID_REQUEST without one)."""
+    two_phase = bool(getattr(request, "enable2_pc", False))
+    keep = bool(getattr(request, "keep_prepared_txn", False))
+    denied = _init_denied(ctx, request.transactional_id, two_phase)
+    if denied is None and request.transactional_id is None and (two_phase or keep):
+        denied = ErrorCode.invalid_request
     if denied is not None:
         return ctx.response(
             throttle_time=_NO_THROTTLE, error_code=denied, producer_id=-1, producer_epoch=-1
@@ -68,18 +77,30 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         int(request.transaction_timeout.total_seconds() * 1000),
         request.producer_id if version >= 3 else -1,
         request.producer_epoch if version >= 3 else -1,
+        two_phase=two_phase,
+        keep_prepared=keep,
     )
     return ctx.response(
         throttle_time=_NO_THROTTLE,
         error_code=_fenced_for(version, 4, result.error),
         producer_id=result.producer_id,
         producer_epoch=result.producer_epoch,
+        ongoing_txn_producer_id=result.ongoing_producer_id,
+        ongoing_txn_producer_epoch=result.ongoing_producer_epoch,
     )
 
 
-def _init_denied(ctx: RequestContext, transactional_id: str | None) -> ErrorCode | None:
+def _init_denied(
+    ctx: RequestContext, transactional_id: str | None, two_phase: bool
+) -> ErrorCode | None:
     if transactional_id is not None:
-        return None if _may_write(ctx, transactional_id) else TXN_DENIED
+        if not _may_write(ctx, transactional_id):
+            return TXN_DENIED
+        if two_phase and not ctx.authorized(
+            AclOperation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            return TXN_DENIED
+        return None
     if authz.cluster_authorized(
         ctx, AclOperation.IDEMPOTENT_WRITE, quiet=True
     ) or ctx.authorized_any(AclOperation.WRITE, ResourceType.TOPIC):

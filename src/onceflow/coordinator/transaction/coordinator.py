@@ -49,6 +49,7 @@ from onceflow.coordinator.transaction.metadata import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    NO_TIMEOUT_MS,
     TopicPartition,
     TransactionMetadata,
     TxnTransit,
@@ -109,6 +110,7 @@ class TxnCoordinatorConfig:
     num_partitions: int = TransactionKeys.transaction_state_log_num_partitions
     max_timeout_ms: int = TransactionKeys.transaction_max_timeout_ms
     id_expiration_ms: int = TransactionKeys.transactional_id_expiration_ms
+    two_phase_commit: bool = TransactionKeys.transaction_two_phase_commit_enable
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class InitResult:
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+    # KIP-939: the open transaction an InitProducerId with keepPreparedTxn kept.
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
@@ -318,10 +323,22 @@ class TransactionCoordinator:
         timeout_ms: int,
         expected_producer_id: int = NO_PRODUCER_ID,
         expected_epoch: int = NO_PRODUCER_EPOCH,
+        *,
+        two_phase: bool = False,
+        keep_prepared: bool = False,
     ) -> InitResult:
+        """`two_phase` (KIP-939's enable2Pc): the id's transactions from now on have no
+        timeout, the requested one ignored, as the KIP says. `keep_prepared`: an open
+        transaction is kept for this new instance to complete instead of aborted; the
+        answer names it (its producer id and epoch) beside the instance's bumped epoch."""
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
-        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+        if two_phase and not self.config.two_phase_commit:
+            # The KIP's answer, not UNSUPPORTED_VERSION: the switch is the operator's grant.
+            return InitResult(ErrorCode.transactional_id_authorization_failed)
+        if two_phase:
+            timeout_ms = NO_TIMEOUT_MS
+        elif timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
         status = self._status(transactional_id)
         if status is not None:
@@ -361,6 +378,8 @@ class TransactionCoordinator:
                 # live instance's transaction (kafka-python then re-inits without an id
                 # and fences it for good). Only the current epoch, or a new instance, may.
                 return InitResult(ErrorCode.producer_fenced)
+            if keep_prepared:
+                return await self._keep(meta, timeout_ms, two_phase, now)
             # A new instance fences the old one: abort its transaction at a bumped epoch,
             # and have the new one retry once the abort is complete.
             error = await self._fence_and_abort(meta, "fencing")
@@ -389,11 +408,41 @@ class TransactionCoordinator:
             partitions=frozenset(),
             start_ms=-1,
             update_ms=now,
+            two_phase=two_phase,
+            kept_epoch=NO_PRODUCER_EPOCH,
             **changes,
         )
         if error is not ErrorCode.none:
             return InitResult(error)
         return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+
+    async def _keep(
+        self, meta: TransactionMetadata, timeout_ms: int, two_phase: bool, now: int
+    ) -> InitResult:
+        """KIP-939's keepPreparedTxn on an Ongoing transaction: the new instance gets the
+        epoch after the current one, which fences every earlier instance (their writes and
+        ends), while the transaction stays open with its partitions and learns nothing new;
+        its markers will carry the new instance's epoch. The epoch its records carry is
+        logged once (`kept_epoch`), so a later keep reports the same one."""
+        if meta.epoch_exhausted:
+            # The KIP moves the instance to a new producer id here; Onceflow does not.
+            return InitResult(ErrorCode.invalid_txn_state)
+        ongoing_epoch = meta.kept_epoch if meta.kept else meta.producer_epoch
+        error = await self._transition(
+            meta,
+            TxnState.ONGOING,
+            producer_epoch=meta.producer_epoch + 1,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            timeout_ms=timeout_ms,
+            update_ms=now,
+            two_phase=two_phase,
+            kept_epoch=ongoing_epoch,
+        )
+        if error is not ErrorCode.none:
+            return InitResult(error)
+        return InitResult(
+            ErrorCode.none, meta.producer_id, meta.producer_epoch, meta.producer_id, ongoing_epoch
+        )
 
     async def add_partitions(
         self,
@@ -416,6 +465,8 @@ class TransactionCoordinator:
             TxnState.PREPARE_ABORT,
         ):
             return ErrorCode.concurrent_transactions
+        if meta.kept:  # KIP-939: a kept transaction may only be completed
+            return ErrorCode.invalid_txn_state
         wanted = set(partitions)
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return ErrorCode.none
@@ -552,7 +603,8 @@ class TransactionCoordinator:
         PRODUCER_FENCED for another epoch; CONCURRENT_TRANSACTIONS while the transaction
         ends (Onceflow also counts an end whose log append is still in flight, which
         Kafka leaves to its verification guard); TRANSACTION_ABORTABLE for a partition
-        outside the ongoing transaction."""
+        outside the ongoing transaction, and for any write to a transaction kept by
+        keepPreparedTxn (KIP-939: its new instance may only complete it)."""
         status = self._status(transactional_id) if transactional_id else None
         if status is not None:
             raise KafkaError(
@@ -580,7 +632,7 @@ class TransactionCoordinator:
                 ErrorCode.concurrent_transactions,
                 f"the transaction of {transactional_id!r} is ending",
             )
-        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions or meta.kept:
             raise KafkaError(
                 ErrorCode.transaction_abortable,
                 f"{tp[0]}-{tp[1]} is not part of an ongoing transaction of "
@@ -590,7 +642,9 @@ class TransactionCoordinator:
     # ---- timeouts and expiry ---------------------------------------------------------
 
     async def poll(self) -> None:
-        """Abort transactions open longer than their timeout; expire idle ids."""
+        """Abort transactions open longer than their timeout, except two-phase commit ones
+        (KIP-939: only their external coordinator decides); expire idle ids (never one
+        with a transaction open)."""
         if self._closed:
             return
         now = self._clock.now_ms()
@@ -598,7 +652,11 @@ class TransactionCoordinator:
             # Checked for each in turn: an unload may come while an earlier one is written.
             if meta.pending is not None or not self._is_current(meta):
                 continue
-            if meta.state == TxnState.ONGOING and now - meta.start_ms > meta.timeout_ms:
+            if (
+                meta.state == TxnState.ONGOING
+                and not meta.two_phase
+                and now - meta.start_ms > meta.timeout_ms
+            ):
                 log.info(
                     "aborting transaction of %s: open for more than %d ms",
                     meta.transactional_id,
@@ -763,6 +821,7 @@ class TransactionCoordinator:
                 target,
                 partitions=frozenset(),
                 update_ms=self._clock.now_ms(),
+                kept_epoch=NO_PRODUCER_EPOCH,
                 **_rollover(meta),
             )
 

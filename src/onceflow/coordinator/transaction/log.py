@@ -14,8 +14,13 @@ Value, version 1 (a null value is a tombstone: the id expired):
 Value, version 2: version 1's fields, then
     next producer id int64 (-1: none; set while an exhausted epoch rolls to a new id)
     client transaction version int8 (0, or 2: KIP-890 part 2, an epoch bump at every end)
-Version 1 is written while both are at their defaults, so a record of a transaction
-version 0 client stays readable by an Onceflow that knows only version 1.
+Value, version 3: version 2's fields, then
+    flags int8 (bit 0: two-phase commit, KIP-939: no timeout aborts the transactions)
+    kept epoch int16 (-1: none; the epoch an open transaction's records carry once an
+                      InitProducerId with keepPreparedTxn moved the client past it)
+Each version is written only when a field it adds is set, so a record of a transaction
+version 0 client without two-phase commit stays readable by an Onceflow that knows only
+version 1, and one of a transaction version 2 client by one that knows version 2.
 
 A transactional id maps to partition abs(Java String.hashCode(id)) % partition count, as in
 Kafka; `onceflow.coordinator.group.offsets` has the same hash for groups.
@@ -32,12 +37,15 @@ from onceflow.coordinator.transaction.state import TxnState
 KEY_VERSION = 0
 VALUE_VERSION = 1
 VALUE_VERSION_TV2 = 2
+VALUE_VERSION_2PC = 3
+_TWO_PHASE = 0x01
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">hqqhhib")
 _TAIL = struct.Struct(">qq")
 _TV2_TAIL = struct.Struct(">qb")
+_2PC_TAIL = struct.Struct(">bh")
 
 
 class CorruptTxnRecord(ValueError):
@@ -78,10 +86,12 @@ def encode_value(t: TxnTransit) -> bytes:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in sorted(t.partitions):
         by_topic[topic].append(partition)
-    tv2 = t.client_version != 0 or t.next_producer_id != -1
+    two_pc = t.two_phase or t.kept_epoch != -1
+    tv2 = two_pc or t.client_version != 0 or t.next_producer_id != -1
+    version = VALUE_VERSION_2PC if two_pc else VALUE_VERSION_TV2 if tv2 else VALUE_VERSION
     parts = [
         _HEAD.pack(
-            VALUE_VERSION_TV2 if tv2 else VALUE_VERSION,
+            version,
             t.producer_id,
             t.last_producer_id,
             t.producer_epoch,
@@ -98,6 +108,8 @@ def encode_value(t: TxnTransit) -> bytes:
     parts.append(_TAIL.pack(t.update_ms, t.start_ms))
     if tv2:
         parts.append(_TV2_TAIL.pack(t.next_producer_id, t.client_version))
+    if two_pc:
+        parts.append(_2PC_TAIL.pack(_TWO_PHASE if t.two_phase else 0, t.kept_epoch))
     return b"".join(parts)
 
 
@@ -107,7 +119,7 @@ _NEVER_LOGGED = frozenset({TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE})
 def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
     try:
         version, pid, last_pid, epoch, last_epoch, timeout, state = _HEAD.unpack_from(value, 0)
-        if version not in (VALUE_VERSION, VALUE_VERSION_TV2):
+        if version not in (VALUE_VERSION, VALUE_VERSION_TV2, VALUE_VERSION_2PC):
             raise CorruptTxnRecord(f"unknown value version {version}")
         pos = _HEAD.size
         (topics,) = _I32.unpack_from(value, pos)
@@ -124,9 +136,13 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
         update_ms, start_ms = _TAIL.unpack_from(value, pos)
         pos += _TAIL.size
         next_pid, client_version = -1, 0
-        if version == VALUE_VERSION_TV2:
+        if version >= VALUE_VERSION_TV2:
             next_pid, client_version = _TV2_TAIL.unpack_from(value, pos)
             pos += _TV2_TAIL.size
+        flags, kept_epoch = 0, -1
+        if version >= VALUE_VERSION_2PC:
+            flags, kept_epoch = _2PC_TAIL.unpack_from(value, pos)
+            pos += _2PC_TAIL.size
         txn_state = TxnState(state)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise CorruptTxnRecord(str(exc)) from exc
@@ -149,4 +165,6 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransit:
         update_ms,
         client_version,
         next_pid,
+        bool(flags & _TWO_PHASE),
+        kept_epoch,
     )

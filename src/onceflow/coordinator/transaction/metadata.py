@@ -17,6 +17,8 @@ from onceflow.invariants import invariant
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = (1 << 15) - 1
+# The timeout of a two-phase commit transaction (KIP-939): none, shown as Kafka shows it.
+NO_TIMEOUT_MS = (1 << 31) - 1
 
 TopicPartition = tuple[str, int]
 
@@ -40,6 +42,12 @@ class TxnTransit:
     # exhausted (set in the Prepare state, taken on in the Complete state; -1: none).
     client_version: int = 0
     next_producer_id: int = NO_PRODUCER_ID
+    # Two-phase commit (KIP-939): the id's transactions are completed by an external
+    # coordinator, so no timeout aborts them; and, once an InitProducerId with
+    # keepPreparedTxn moved the client past the open transaction's epoch, the epoch its
+    # records carry (-1: the current one), which every later such init reports.
+    two_phase: bool = False
+    kept_epoch: int = NO_PRODUCER_EPOCH
 
 
 class TransactionMetadata:
@@ -60,6 +68,8 @@ class TransactionMetadata:
         self.update_ms = transit.update_ms
         self.client_version = transit.client_version
         self.next_producer_id = transit.next_producer_id
+        self.two_phase = transit.two_phase
+        self.kept_epoch = transit.kept_epoch
 
     def current(self) -> TxnTransit:
         return TxnTransit(
@@ -75,7 +85,14 @@ class TransactionMetadata:
             self.update_ms,
             self.client_version,
             self.next_producer_id,
+            self.two_phase,
+            self.kept_epoch,
         )
+
+    @property
+    def kept(self) -> bool:
+        """An open transaction kept for a new instance, which may only complete it."""
+        return self.kept_epoch != NO_PRODUCER_EPOCH
 
     @property
     def epoch_exhausted(self) -> bool:
