@@ -54,6 +54,29 @@ def init_producer_id(
     )
 
 
+def init_2pc(
+    conn: RawConnection,
+    transactional_id: str | None,
+    *,
+    enable: bool = True,
+    keep: bool = False,
+    timeout_s: float = 60,
+) -> Any:
+    """InitProducerId v6 (KIP-939) with enable2Pc and keepPreparedTxn as given; the answer,
+    with ongoing_txn_producer_id and ongoing_txn_producer_epoch."""
+    return conn.call(
+        build(
+            request_type(ApiKey.INIT_PRODUCER_ID, 6),
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(seconds=timeout_s),
+            producer_id=-1,
+            producer_epoch=-1,
+            enable2_pc=enable,
+            keep_prepared_txn=keep,
+        )
+    )
+
+
 def init(conn: RawConnection, transactional_id: str, version: int = 5) -> Producer:
     find_coordinator(conn, transactional_id)
     answer = init_producer_id(conn, transactional_id, version)
