@@ -10,17 +10,21 @@ transaction outlives its timeout, its id's expiration and a kill -9 of the broke
 
 from __future__ import annotations
 
+import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from onceflow.cli.main import main
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import consumer
+from tests.helpers.secure import SecureBroker, start_secure_broker
 from tests.helpers.txn_wire import (
     Producer,
     add_partitions,
@@ -32,6 +36,7 @@ from tests.helpers.txn_wire import (
     txn_batch,
 )
 from tests.helpers.wire import RawConnection, fetch_request
+from tests.integration.test_cli_security import admin_config
 from tests.integration.test_fetch_versions_wire import create_or_describe
 from tests.integration.test_txn_v2_wire import Marker, log_of
 
@@ -258,3 +263,74 @@ def test_kill_9_between_produce_and_completion(
             committed, _ = log_of(conn, topic)
         assert committed == ([b"a", b"b", b"c"] if commit else [])
         assert read_committed(b.bootstrap, topic) == ([b"a", b"b", b"c"] if commit else [])
+
+
+# ---- the TWO_PHASE_COMMIT ACL ---------------------------------------------------------
+
+ALICE = "User:CN=alice,OU=eng,O=Onceflow"
+BOB = "User:CN=bob,OU=ops,O=Onceflow"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    broker = start_secure_broker(tmp_path_factory.mktemp("secure-2pc"), TWO_PC)
+    try:
+        yield broker
+    finally:
+        broker.process.stop()
+        errors = broker.process.internal_errors()
+        assert not errors, "\n".join(errors[:3])
+
+
+def acls(
+    capsys: pytest.CaptureFixture[str], secure: SecureBroker, tmp_path: Path, *argv: str
+) -> str:
+    """`onceflow acls ...` as the admin; its output."""
+    config = admin_config(secure, tmp_path)
+    capsys.readouterr()
+    bootstrap = ["--bootstrap-server", secure.bootstrap("SASL_SSL"), "--command-config", config]
+    assert main(["acls", *argv, *bootstrap]) == 0
+    return capsys.readouterr().out
+
+
+def as_user(secure: SecureBroker, name: str) -> RawConnection:
+    """A raw connection on the mutual-TLS listener, as the principal of `name`'s certificate."""
+    tls = ssl.create_default_context(cafile=str(secure.pki.ca))
+    identity = secure.pki.clients[name]
+    tls.load_cert_chain(str(identity.cert), str(identity.key), identity.key_password)
+    return RawConnection(secure.bootstrap("SSL"), tls=tls)
+
+
+def test_enable2pc_needs_two_phase_commit_besides_write_on_the_transactional_id(
+    capsys: pytest.CaptureFixture[str], secure: SecureBroker, tmp_path: Path
+) -> None:
+    grant = ["--add", "--allow-principal", ALICE, "--transactional-id", "acl-2pc"]
+    acls(capsys, secure, tmp_path, *grant, "--operation", "Write")
+    with as_user(secure, "alice") as conn:
+        denied = init_2pc(conn, "acl-2pc")
+        assert denied.error_code == ErrorCode.transactional_id_authorization_failed
+        # WRITE alone still serves an ordinary InitProducerId v6, keepPreparedTxn included.
+        assert init_2pc(conn, "acl-2pc", enable=False, keep=True).error_code == ErrorCode.none
+    acls(capsys, secure, tmp_path, *grant, "--operation", "TwoPhaseCommit")
+    listed = acls(capsys, secure, tmp_path, "--list", "--transactional-id", "acl-2pc")
+    assert "operation=TWO_PHASE_COMMIT, permissionType=ALLOW" in listed
+    with as_user(secure, "alice") as conn:
+        assert init_2pc(conn, "acl-2pc").error_code == ErrorCode.none
+    # TWO_PHASE_COMMIT alone is not enough: WRITE is asked first.
+    bob = ["--add", "--allow-principal", BOB, "--transactional-id", "bob-2pc"]
+    acls(capsys, secure, tmp_path, *bob, "--operation", "TwoPhaseCommit")
+    # ALL implies TWO_PHASE_COMMIT, as in Kafka.
+    bob_all = ["--add", "--allow-principal", BOB, "--transactional-id", "bob-all"]
+    acls(capsys, secure, tmp_path, *bob_all, "--operation", "All")
+    with as_user(secure, "bob") as conn:
+        alone = init_2pc(conn, "bob-2pc")
+        assert alone.error_code == ErrorCode.transactional_id_authorization_failed
+        assert init_2pc(conn, "bob-all").error_code == ErrorCode.none
+    # A DENY of TWO_PHASE_COMMIT wins over ALL.
+    deny = ["--add", "--deny-principal", BOB, "--transactional-id", "bob-all"]
+    acls(capsys, secure, tmp_path, *deny, "--operation", "TwoPhaseCommit")
+    with as_user(secure, "bob") as conn:
+        assert init_2pc(conn, "bob-all").error_code == (
+            ErrorCode.transactional_id_authorization_failed
+        )
+        assert init_2pc(conn, "bob-all", enable=False).error_code == ErrorCode.none

@@ -1,9 +1,9 @@
 """`onceflow acls --add|--remove|--list`: ACLs, as Kafka's `kafka-acls.sh` manages them.
 
-Kafka's protocol only, so the same command manages an Apache Kafka cluster: CreateAcls and
-DeleteAcls through confluent-kafka's AdminClient, DescribeAcls through
-`onceflow.client.security_admin` (librdkafka hides its authorization error). The arguments
-expand as kafka-acls.sh expands them (`acl_args`) and the output reads like its output.
+Kafka's protocol only, so the same command manages an Apache Kafka cluster, through
+`onceflow.client.security_admin`: librdkafka hides DescribeAcls' authorization error, and
+its operations stop before TWO_PHASE_COMMIT. The arguments expand as kafka-acls.sh expands
+them (`acl_args`) and the output reads like its output.
 """
 
 from __future__ import annotations
@@ -13,24 +13,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    ResourcePatternType,
-    ResourceType,
-)
-
 from onceflow.cli import acl_args
 from onceflow.cli.acl_args import PATTERN_TYPES, entry_text, pattern_text
-from onceflow.cli.admin import connect_admin
 from onceflow.cli.command_config import add_command_config_option
-from onceflow.cli.common import CliError, add_bootstrap_option, explain_failure, positive_int
+from onceflow.cli.common import add_bootstrap_option, positive_int
 from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.client.cluster import Cluster
-from onceflow.client.security_admin import describe_acls
+from onceflow.client.security_admin import create_acls, delete_acls, describe_acls
 from onceflow.security import acl
 
 __all__ = ["register"]
@@ -79,7 +68,7 @@ def register(commands: Any) -> None:
         metavar="OP",
         action="append",
         help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, "
-        "AlterConfigs, IdempotentWrite or All (default All); repeatable",
+        "AlterConfigs, IdempotentWrite, TwoPhaseCommit or All (default All); repeatable",
     )
     parser.add_argument(
         "--producer",
@@ -106,52 +95,6 @@ def register(commands: Any) -> None:
         help=f"how long to wait for the broker (default {DEFAULT_TIMEOUT_MS})",
     )
     parser.set_defaults(func=run_acls, command_parser=parser)
-
-
-# ---- confluent-kafka's types (the same Kafka codes; the cluster is its BROKER) ----------
-
-
-def _binding(pattern: acl.ResourcePattern, entry: acl.AccessControlEntry) -> Any:
-    return AclBinding(
-        ResourceType(int(pattern.resource_type)),
-        pattern.name,
-        ResourcePatternType(int(pattern.pattern_type)),
-        entry.principal,
-        entry.host,
-        AclOperation(int(entry.operation)),
-        AclPermissionType(int(entry.permission)),
-    )
-
-
-def _filter(pattern: acl.ResourcePattern | None, entry: acl.AccessControlEntry | None) -> Any:
-    """A filter: exactly `pattern` and `entry`; None (any name, principal, host) and ANY
-    for what is not given. (confluent-kafka's stubs type the names str; None is documented.)"""
-    any_name: Any = None
-    if pattern is None:
-        kind, name, pattern_type = ResourceType.ANY, any_name, ResourcePatternType.ANY
-    else:
-        kind = ResourceType(int(pattern.resource_type))
-        name, pattern_type = pattern.name, ResourcePatternType(int(pattern.pattern_type))
-    if entry is None:
-        return AclBindingFilter(
-            kind, name, pattern_type, any_name, any_name, AclOperation.ANY, AclPermissionType.ANY
-        )
-    return AclBindingFilter(
-        kind,
-        name,
-        pattern_type,
-        entry.principal,
-        entry.host,
-        AclOperation(int(entry.operation)),
-        AclPermissionType(int(entry.permission)),
-    )
-
-
-def _result(admin: Any, future: Any, what: str) -> Any:
-    try:
-        return future.result()
-    except KafkaException as exc:
-        raise CliError(f"cannot {what}: {explain_failure(exc, admin)}") from None
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -188,7 +131,7 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
 # ---- actions -----------------------------------------------------------------------------
 
 
-def _add(admin: Any, cluster: Cluster, args: argparse.Namespace, timeout_s: float) -> None:
+def _add(cluster: Cluster, args: argparse.Namespace) -> None:
     for pattern, entries in sorted(acl_args.expand(args).items(), key=lambda i: _order(i[0])):
         existing = describe_acls(cluster.bootstrap, pattern).get(pattern, set())
         for entry in sorted(entries & existing, key=_entry_order):
@@ -200,12 +143,10 @@ def _add(admin: Any, cluster: Cluster, args: argparse.Namespace, timeout_s: floa
             continue
         print(f"Adding ACLs for resource `{pattern_text(pattern)}`: ")
         print(_entry_lines(new) + "\n")
-        futures = admin.create_acls([_binding(pattern, e) for e in new], request_timeout=timeout_s)
-        for future in futures.values():
-            _result(admin, future, f"add ACLs for {pattern_text(pattern)}")
+        create_acls(cluster.bootstrap, pattern, new)
 
 
-def _remove(admin: Any, args: argparse.Namespace, timeout_s: float) -> None:
+def _remove(cluster: Cluster, args: argparse.Namespace) -> None:
     for pattern, entries in sorted(acl_args.expand(args).items(), key=lambda i: _order(i[0])):
         shown = f"resource filter `{pattern_text(pattern)}`"
         if entries:
@@ -213,15 +154,13 @@ def _remove(admin: Any, args: argparse.Namespace, timeout_s: float) -> None:
                 f"Are you sure you want to remove ACLs: \n{_entry_lines(entries)}\n "
                 f"from {shown}? (y/n)"
             )
-            filters = [_filter(pattern, e) for e in sorted(entries, key=_entry_order)]
+            filters: list[acl.AccessControlEntry | None] = [*sorted(entries, key=_entry_order)]
         else:
             question = f"Are you sure you want to delete all ACLs for {shown}? (y/n)"
-            filters = [_filter(pattern, None)]
+            filters = [None]
         if not _confirm(args, question):
             continue
-        futures = admin.delete_acls(filters, request_timeout=timeout_s)
-        what = f"remove ACLs of {shown}"
-        removed = sum(len(_result(admin, f, what)) for f in futures.values())
+        removed = delete_acls(cluster.bootstrap, pattern, filters)
         print(f"Removed {removed} ACL{'' if removed == 1 else 's'} matching {shown}.")
 
 
@@ -244,13 +183,11 @@ def run_acls(args: argparse.Namespace) -> int:
     acl_args.check_arguments(args)
     if not args.list:
         acl_args.expand(args)  # a usage error before connecting
-    timeout_s = args.timeout_ms / 1000.0
-    if args.remove:
-        _remove(connect_admin(args), args, timeout_s)
-        return 0
     with wire_cluster(args) as cluster:
-        if args.add:
-            _add(connect_admin(args), cluster, args, timeout_s)
+        if args.remove:
+            _remove(cluster, args)
+        elif args.add:
+            _add(cluster, args)
         else:
             _list(cluster, args)
     return 0

@@ -1,11 +1,12 @@
-"""DescribeAcls and DescribeUserScramCredentials through Onceflow's own client.
+"""The ACL APIs and DescribeUserScramCredentials through Onceflow's own client.
 
-librdkafka mishandles both answers' top-level error (checked against its source, 2.x):
+librdkafka mishandles both reads' top-level error (checked against its source, 2.x):
 DescribeAcls drops it, so a principal without DESCRIBE on the cluster would see "no ACLs";
 DescribeUserScramCredentials frees a string it does not own, and the process aborts. Kafka
-sends exactly such an error when the principal may not describe, so these two reads raise
-`KafkaApiError` with Kafka's code instead. The writes (CreateAcls, DeleteAcls,
-AlterUserScramCredentials) stay on confluent-kafka.
+sends exactly such an error when the principal may not describe, so these reads raise
+`KafkaApiError` with Kafka's code instead. CreateAcls and DeleteAcls are here too because
+confluent-kafka's operations stop at IDEMPOTENT_WRITE: it cannot name TWO_PHASE_COMMIT
+(KIP-939). AlterUserScramCredentials stays on confluent-kafka.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from onceflow.protocol.codec import build, request_type
 from onceflow.security import acl
 from onceflow.security.scram import ScramMechanism
 
-__all__ = ["ScramCredentials", "describe_acls", "describe_scram_credentials"]
+__all__ = [
+    "ScramCredentials",
+    "create_acls",
+    "delete_acls",
+    "describe_acls",
+    "describe_scram_credentials",
+]
 
 Acls = dict[acl.ResourcePattern, set[acl.AccessControlEntry]]
 #: user -> (mechanism, iterations) pairs, or the KafkaApiError that describes the user.
@@ -68,6 +75,70 @@ def describe_acls(connection: Connection, pattern: acl.ResourcePattern | None) -
             for a in resource.acls
         )
     return found
+
+
+def create_acls(
+    connection: Connection, pattern: acl.ResourcePattern, entries: list[acl.AccessControlEntry]
+) -> None:
+    """Add ACLs on one resource pattern; raises on the first one refused."""
+    version = connection.version_for(ApiKey.CREATE_ACLS)
+    request = build(
+        request_type(ApiKey.CREATE_ACLS, version),
+        creations=tuple(
+            request_entity(
+                ApiKey.CREATE_ACLS,
+                version,
+                "AclCreation",
+                resource_type=pattern.resource_type,
+                resource_name=pattern.name,
+                resource_pattern_type=pattern.pattern_type,
+                principal=e.principal,
+                host=e.host,
+                operation=e.operation,
+                permission_type=e.permission,
+            )
+            for e in entries
+        ),
+    )
+    response = connection.call_at(ApiKey.CREATE_ACLS, version, request)
+    for result in response.results:
+        _check(result.error_code, result.error_message, "add ACLs")
+
+
+def delete_acls(
+    connection: Connection,
+    pattern: acl.ResourcePattern,
+    entries: list[acl.AccessControlEntry | None],
+) -> int:
+    """Remove the ACLs matching each filter: the pattern with an entry, or (None) with any
+    principal, host, operation and permission. The number removed."""
+    version = connection.version_for(ApiKey.DELETE_ACLS)
+    request = build(
+        request_type(ApiKey.DELETE_ACLS, version),
+        filters=tuple(
+            request_entity(
+                ApiKey.DELETE_ACLS,
+                version,
+                "DeleteAclsFilter",
+                resource_type_filter=pattern.resource_type,
+                resource_name_filter=pattern.name,
+                pattern_type_filter=pattern.pattern_type,
+                principal_filter=None if e is None else e.principal,
+                host_filter=None if e is None else e.host,
+                operation=acl.AclOperation.ANY if e is None else e.operation,
+                permission_type=acl.AclPermissionType.ANY if e is None else e.permission,
+            )
+            for e in entries
+        ),
+    )
+    response = connection.call_at(ApiKey.DELETE_ACLS, version, request)
+    removed = 0
+    for result in response.filter_results:
+        _check(result.error_code, result.error_message, "remove ACLs")
+        for matched in result.matching_acls:
+            _check(matched.error_code, matched.error_message, "remove an ACL")
+            removed += 1
+    return removed
 
 
 def describe_scram_credentials(connection: Connection, users: list[str]) -> ScramCredentials:
