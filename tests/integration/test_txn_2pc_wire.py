@@ -334,3 +334,9 @@ def test_enable2pc_needs_two_phase_commit_besides_write_on_the_transactional_id(
             ErrorCode.transactional_id_authorization_failed
         )
         assert init_2pc(conn, "bob-all", enable=False).error_code == ErrorCode.none
+    # Removing the DENY (DeleteAcls through onceflow acls) lets ALL grant it again.
+    remove = ["--remove", "--force", "--deny-principal", BOB, "--transactional-id", "bob-all"]
+    removed = acls(capsys, secure, tmp_path, *remove, "--operation", "TwoPhaseCommit")
+    assert "Removed 1 ACL matching" in removed
+    with as_user(secure, "bob") as conn:
+        assert init_2pc(conn, "bob-all").error_code == ErrorCode.none
