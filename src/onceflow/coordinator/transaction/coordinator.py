@@ -12,6 +12,11 @@ of a stalled transaction, bumps the epoch, and the abort markers carry the bumpe
 every partition, where the older epoch is rejected from then on. With transaction version 2
 (EndTxn v5, `end_txn_bumping`) every end bumps it the same way.
 
+Two-phase commit (KIP-939) hands a transaction's decision to an external coordinator: an id
+initialised with enable2Pc has transactions no timeout aborts, and a new instance that asks
+to keep the open one (keepPreparedTxn) fences the old instances by the same epoch bump but
+writes no markers, so the transaction stays open for it to end.
+
 Which transactional ids are coordinated here goes by `__transaction_state` partition, each
 served at its own coordinator epoch, which every marker of its transactions carries (a
 partition refuses markers of an older coordinator epoch, so a deposed coordinator cannot
