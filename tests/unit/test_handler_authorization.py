@@ -971,6 +971,33 @@ def test_init_producer_id_with_a_transactional_id_needs_write_on_it(tmp_path: Pa
     run(tmp_path, body)
 
 
+def test_init_producer_id_with_enable2pc_needs_two_phase_commit_too(tmp_path: Path) -> None:
+    """KIP-939: WRITE first, then TWO_PHASE_COMMIT; both refusals are the same code."""
+
+    async def body(h: Harness) -> None:
+        two_pc = {**init_fields("payments"), "enable2_pc": True}
+        response = await h.call(ApiKey.INIT_PRODUCER_ID, 6, **two_pc)
+        assert response.error_code == TXN_DENIED
+        h.acl.grant((Op.TWO_PHASE_COMMIT, R.TRANSACTIONAL_ID, "payments"))
+        response = await h.call(ApiKey.INIT_PRODUCER_ID, 6, **two_pc)
+        assert response.error_code == TXN_DENIED  # WRITE is asked first
+        h.acl = FakeAuthorizer()
+        h.use(h.acl)
+        h.acl.grant((Op.WRITE, R.TRANSACTIONAL_ID, "payments"))
+        response = await h.call(ApiKey.INIT_PRODUCER_ID, 6, **two_pc)
+        assert (response.error_code, response.producer_id) == (TXN_DENIED, -1)
+        keep_only = {**init_fields("payments"), "keep_prepared_txn": True}
+        response = await h.call(ApiKey.INIT_PRODUCER_ID, 6, **keep_only)
+        assert response.error_code == ErrorCode.none
+        assert (response.ongoing_txn_producer_id, response.ongoing_txn_producer_epoch) == (-1, -1)
+        h.acl.grant((Op.TWO_PHASE_COMMIT, R.TRANSACTIONAL_ID, "payments"))
+        response = await h.call(ApiKey.INIT_PRODUCER_ID, 6, **two_pc)
+        assert response.error_code == ErrorCode.none
+        assert h.broker.txn_coordinator.txns["payments"].two_phase
+
+    run(tmp_path, body, transaction_two_phase_commit_enable=True)
+
+
 def test_idempotent_init_producer_id_needs_idempotent_write_or_write_on_any_topic(
     tmp_path: Path,
 ) -> None:
