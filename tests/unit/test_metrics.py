@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -274,3 +275,48 @@ def test_the_endpoint_serves_metrics_and_refuses_the_rest() -> None:
     # A request that cannot be parsed has no HTTP version to answer in: aiohttp says 1.0.
     assert bad.split(b" ", 2)[1] == b"400"
     assert huge.split(b" ", 2)[1] == b"431"
+
+
+# ---- two-phase commit transactions -----------------------------------------------------
+
+
+def test_two_phase_transactions_are_counted_with_their_age(tmp_path: Path) -> None:
+    """A two-phase commit transaction has no timeout to end it, so the metrics show how many
+    are open and how old the oldest is; an ordinary open transaction is not counted."""
+
+    async def main() -> None:
+        clock = ManualClock()
+        config = BrokerConfig(
+            log_dirs=(str(tmp_path),),
+            onceflow_metrics_listener=Listener("127.0.0.1", 0),
+            transaction_two_phase_commit_enable=True,
+            transaction_state_log_num_partitions=1,
+            offsets_topic_num_partitions=1,
+        )
+        broker = Broker(config, clock=clock)
+        await broker.start()
+        try:
+            await broker.create_topic("t", 1)
+            coordinator = broker.txn_coordinator
+            inits = {
+                "two": await coordinator.init_producer_id("two", 60_000, two_phase=True),
+                "plain": await coordinator.init_producer_id("plain", 60_000),
+            }
+            for txn_id, init in inits.items():
+                error = await coordinator.add_partitions(
+                    txn_id, init.producer_id, init.producer_epoch, [("t", 0)]
+                )
+                assert error is ErrorCode.none
+            clock.advance(5_000)
+            assert broker.metrics is not None
+            values = {
+                s.name: s.value
+                for family in broker.metrics.registry.collect()
+                for s in family.samples
+            }
+            assert values["onceflow_transactions_two_phase_open"] == 1
+            assert values["onceflow_transaction_two_phase_oldest_open_seconds"] == 5.0
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

@@ -185,10 +185,16 @@ class BrokerStateCollector(Collector):
         coordinator = self._broker.txn_coordinator
         counts = {state.display: 0 for state in TxnState}
         oldest_ms = 0
+        two_phase_open = 0
+        oldest_two_phase_ms = 0
         for meta in coordinator.txns.values():
             counts[meta.state.display] += 1
             if meta.state not in _NOT_OPEN and meta.start_ms >= 0:
-                oldest_ms = max(oldest_ms, now_ms - meta.start_ms)
+                age_ms = now_ms - meta.start_ms
+                oldest_ms = max(oldest_ms, age_ms)
+                if meta.two_phase:
+                    two_phase_open += 1
+                    oldest_two_phase_ms = max(oldest_two_phase_ms, age_ms)
         states = _gauge(
             "onceflow_transactions",
             "Transactional ids this coordinator serves, by state (Kafka's names).",
@@ -202,6 +208,19 @@ class BrokerStateCollector(Collector):
             "Age of the oldest transaction open at this coordinator (Ongoing or Prepare*); 0 "
             "if none.",
             oldest_ms / 1000,
+        )
+        # Two-phase commit (KIP-939): no timeout ends these; a forgotten one holds the LSO
+        # of its partitions until an operator completes it.
+        yield GaugeMetricFamily(
+            "onceflow_transactions_two_phase_open",
+            "Two-phase commit (KIP-939) transactions open at this coordinator: no timeout "
+            "aborts them, their external coordinator (or an operator) must complete them.",
+            two_phase_open,
+        )
+        yield GaugeMetricFamily(
+            "onceflow_transaction_two_phase_oldest_open_seconds",
+            "Age of the oldest two-phase commit transaction open at this coordinator; 0 if none.",
+            oldest_two_phase_ms / 1000,
         )
         yield CounterMetricFamily(
             "onceflow_transaction_commits",
