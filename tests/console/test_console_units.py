@@ -44,3 +44,15 @@ def test_an_open_transaction_past_80_percent_of_its_timeout_is_near_it() -> None
     assert young["age_ms"] == 40_000 and done["age_ms"] is None
     assert young["partitions"] == ["t-0", "t-1"]
     assert young["timeout_ms"] == 60_000
+
+
+def test_a_two_phase_commit_transaction_shows_its_age_and_no_timeout() -> None:
+    """KIP-939: described with Kafka's largest timeout, which no transaction reaches; it is
+    shown as two-phase commit, with its age, and never as near a timeout."""
+    now = 100 * 86_400_000
+    row = _transaction(_state("Ongoing", now - 30 * 86_400_000, 2**31 - 1), 0, now)
+    assert row["two_phase"] is True
+    assert row["timeout_ms"] is None and row["near_timeout"] is False
+    assert row["age_ms"] == 30 * 86_400_000
+    plain = _transaction(_state("Ongoing", now - 1_000, 60_000), 0, now)
+    assert plain["two_phase"] is False and plain["timeout_ms"] == 60_000

@@ -60,6 +60,17 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: The timeout a two-phase commit transaction (KIP-939) is described with: none, as Kafka
+#: shows it. No timeout ends such a transaction; its external coordinator (or an operator)
+#: completes it, and until then it holds the LSO of its partitions.
+TWO_PHASE_TIMEOUT_MS = (1 << 31) - 1
+
+
+def is_two_phase(timeout_ms: int) -> bool:
+    """Whether a described transaction is a two-phase commit one, by its timeout."""
+    return timeout_ms >= TWO_PHASE_TIMEOUT_MS
+
+
 @dataclass(frozen=True, slots=True)
 class OpenTransaction:
     """A transaction a partition holds open, as its DescribeProducers entry shows it."""

@@ -13,6 +13,7 @@ from onceflow.client.txn_admin import (
     IN_FLIGHT,
     OpenTransaction,
     find_hanging,
+    is_two_phase,
     list_transactions,
     millis,
     now_ms,
@@ -37,6 +38,7 @@ def _transaction(state: Any, coordinator: int, now: int) -> dict[str, Any]:
     timeout = millis(state.transaction_timeout)
     is_open = state.transaction_state in OPEN_STATES
     age = now - start if is_open and start >= 0 else None
+    two_phase = is_two_phase(timeout)  # no timeout: shown with its age, never "near" one
     return {
         "transactional_id": state.transactional_id,
         "coordinator": coordinator,
@@ -46,8 +48,11 @@ def _transaction(state: Any, coordinator: int, now: int) -> dict[str, Any]:
         "partitions": [f"{t}-{p}" for t, p in partitions_of(state)],
         "start_ms": start if start >= 0 else None,
         "age_ms": age,
-        "timeout_ms": timeout,
-        "near_timeout": age is not None and age >= NEAR_TIMEOUT_FRACTION * timeout,
+        "timeout_ms": None if two_phase else timeout,
+        "two_phase": two_phase,
+        "near_timeout": not two_phase
+        and age is not None
+        and age >= NEAR_TIMEOUT_FRACTION * timeout,
     }
 
 

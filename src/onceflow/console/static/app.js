@@ -106,14 +106,19 @@ function poll(url, render, once) {
 function transactionsPage() {
   poll("/api/transactions", (data) => {
     const rows = data.transactions.map((t) => el("tr",
-      { class: t.near_timeout ? "near-timeout" : null, "data-txn-id": t.transactional_id },
-      el("td", {}, t.transactional_id), el("td", { class: "state" }, t.state),
+      { class: t.near_timeout ? "near-timeout" : (t.two_phase ? "two-phase" : null),
+        "data-txn-id": t.transactional_id },
+      el("td", {}, t.transactional_id),
+      el("td", { class: "state" }, t.two_phase ? `${t.state} (two-phase commit)` : t.state),
       num(t.producer_id), num(t.producer_epoch), num(t.coordinator),
       el("td", { class: "partitions" }, t.partitions.join(", ") || "—"),
-      el("td", {}, time(t.start_ms)), num(duration(t.age_ms)), num(duration(t.timeout_ms))));
+      el("td", {}, time(t.start_ms)), num(duration(t.age_ms)),
+      t.two_phase ? el("td", {}, "none (2PC)") : num(duration(t.timeout_ms))));
     return el("section", {}, el("h2", {}, "Transactions"),
       el("p", { class: "hint" }, `Every transactional id on every coordinator. Highlighted: open ` +
-        `for more than ${Math.round(data.near_timeout_fraction * 100)}% of its timeout.`),
+        `for more than ${Math.round(data.near_timeout_fraction * 100)}% of its timeout. ` +
+        `Two-phase commit transactions have no timeout: they hold their partitions' last ` +
+        `stable offset until their coordinator, or an operator, completes them.`),
       table(["Transactional id", "State", "Producer id", "Epoch", "Coordinator", "Partitions",
         "Started", "Age", "Timeout"], rows, "No transactional ids."));
   });
