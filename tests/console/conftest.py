@@ -85,10 +85,14 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[Any, str], Path]:
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker for a module, with KIP-890 partition verification off so that a raw
-    produce can leave a hanging transaction (transactional producers work as usual)."""
+    produce can leave a hanging transaction (transactional producers work as usual), and
+    two-phase commit (KIP-939) allowed."""
     b = BrokerProcess(
         tmp_path_factory.mktemp("console") / "data",
-        {"transaction.partition.verification.enable": "false"},
+        {
+            "transaction.partition.verification.enable": "false",
+            "transaction.two.phase.commit.enable": "true",
+        },
     )
     b.start()
     try:

@@ -186,3 +186,45 @@ def test_groups_page_shows_lag_per_partition(
         screenshot(browser, "groups")
     finally:
         member.close()
+
+
+def test_transactions_page_marks_a_two_phase_commit_transaction(
+    txn_broker: BrokerProcess, console: ConsoleProcess, browser: Any, screenshot: Shot
+) -> None:
+    """A prepared two-phase commit transaction (KIP-939) has no timeout: the page says so
+    and shows its age, so an operator can find a forgotten one holding the LSO."""
+    from tests.helpers.txn_wire import Producer as WireProducer
+    from tests.helpers.txn_wire import (
+        add_partitions,
+        end_txn,
+        find_coordinator,
+        init_2pc,
+        produce,
+        txn_batch,
+    )
+    from tests.helpers.wire import RawConnection
+
+    topic = create_topic(txn_broker.bootstrap, topic_name("console-2pc"), partitions=1)
+    txn_id = f"console-2pc-{uuid.uuid4().hex[:8]}"
+    with RawConnection(txn_broker.bootstrap) as conn:
+        find_coordinator(conn, txn_id)
+        answer = init_2pc(conn, txn_id)
+        assert answer.error_code == 0
+        p = WireProducer(txn_id, int(answer.producer_id), int(answer.producer_epoch))
+        assert add_partitions(conn, p, topic, (0,)) == {0}
+        assert produce(conn, p, topic, txn_batch(p, 0, b"prepared"), 11).error_code == 0
+        try:
+            browser.get(console.url("#/transactions"))
+            row = f'tr[data-txn-id="{txn_id}"]'
+            wait_until(
+                browser,
+                text_is(f"{row} td.state", "Ongoing (two-phase commit)"),
+                f"{txn_id} marked as two-phase commit",
+            )
+            assert texts(browser, f"{row} td:last-child") == ["none (2PC)"]
+            assert "two-phase" in (
+                browser.find_element(By.CSS_SELECTOR, row).get_attribute("class") or ""
+            )
+            screenshot(browser, "transactions-2pc")
+        finally:
+            assert end_txn(conn, p, False).error_code == 0
