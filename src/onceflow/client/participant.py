@@ -16,8 +16,8 @@ It uses transaction version 0: partitions join the transaction by AddPartitionsT
 their first batch, so `prepare` ends with every partition added and every record
 acknowledged, and the epoch the records carry is the one `complete` must find (version 2
 bumps it at every end, and its implicit add would tie the add to a Produce retry). Writes
-are idempotent v2 record batches, sealed per partition at `batch.size` or `linger.ms`; no
-thread sends in the background: `produce` sends when a batch is due, `flush` sends all.
+are idempotent v2 record batches, sealed per partition at `batch.size` or `linger.ms` (looked
+at while producing) and sent by a thread of the producer's own; `flush` waits for them all.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from onceflow.client.participant_link import (
     init_producer_id,
 )
 from onceflow.client.participant_records import Accumulator, TopicPartition, kafka_partition
-from onceflow.client.participant_sender import Sender
+from onceflow.client.participant_sender import Sender, SendThread
 from onceflow.client.participant_state import (
     PreparedTransaction,
     ProducerSettings,
@@ -143,6 +143,7 @@ class TwoPhaseProducer:
             s.request_timeout_ms,
             s.delivery_timeout_ms / 1000,
         )
+        self._thread = SendThread(self._sender, self._add)
         self._identity: Identity | None = None
         self._in_transaction = False
         self._prepared = False
@@ -165,10 +166,12 @@ class TwoPhaseProducer:
     def init(self) -> None:
         """InitProducerId v6 with enable2Pc: a producer id and a new epoch, which fences
         every earlier instance of the id and aborts a transaction they left open."""
+        self._thread.wait_idle(raise_error=False)
         self._identity = self._call(
             lambda: init_producer_id(self._link, self.transactional_id, self.settings, keep=False)
         )
         self._accumulator.reset()
+        self._thread.clear()
         self._added.clear()
         self._in_transaction = self._prepared = False
         self._abortable = None
@@ -198,7 +201,7 @@ class TwoPhaseProducer:
             self._refuse("produce")
         leaders = self._link.partitions.get(topic)
         if leaders is None:
-            leaders = self._call(lambda: self._link.leaders(topic))
+            leaders = self._call(lambda: self._leaders(topic))
         count = len(leaders)
         key_bytes = _bytes(key)
         if partition is None:
@@ -248,14 +251,17 @@ class TwoPhaseProducer:
         if self._fatal is not None:
             raise self._fatal
         self._accumulator.drop_open()
-        unsure = bool(self._accumulator.sealed)
+        self._thread.wait_idle(raise_error=False)
+        unsure = self._accumulator.has_sealed()
         self._end(commit=False)
         if unsure:
             self.init()
 
     def close(self) -> None:
         """Close the connections. An open transaction stays open: a prepared one for
-        `complete`, any other until a new instance of the id inits."""
+        `complete`, any other until a new instance of the id inits. Batches being sent
+        are waited for."""
+        self._thread.close()
         self._link.close()
 
     def __enter__(self) -> TwoPhaseProducer:
@@ -269,7 +275,22 @@ class TwoPhaseProducer:
     def _send(self, *, everything: bool) -> None:
         identity = self._require_identity()
         self._accumulator.seal(identity.producer_id, identity.epoch, everything=everything)
-        self._call(lambda: self._sender.send_sealed(self._add))
+        self._call(lambda: self._hand_over(everything))
+
+    def _hand_over(self, everything: bool) -> None:
+        """Let the sending thread have the sealed batches; wait for all of them
+        (`everything`), or only while too many wait (`buffer.memory`)."""
+        self._thread.kick()
+        if everything:
+            self._thread.wait_idle()
+        else:
+            self._thread.wait_below(self.settings.buffer_memory)
+
+    def _leaders(self, topic: str) -> dict[int, int]:
+        """A topic's partitions from Metadata, asked when the sending thread is not using
+        the connections."""
+        self._thread.wait_idle()
+        return self._link.leaders(topic)
 
     def _add(self, partitions: set[TopicPartition]) -> None:
         new = partitions - self._added

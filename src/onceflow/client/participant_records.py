@@ -4,11 +4,13 @@ only when it is sent.
 
 Sequences are given at sealing, as Kafka's producer gives them when it drains a batch, so
 an abort that drops unsent records leaves no gap; a sealed batch keeps its bytes and its
-sequence through every retry (a retry is never re-sequenced).
+sequence through every retry (a retry is never re-sequenced). The producer's thread opens
+and seals batches, the sending thread takes sealed ones: a lock guards the sealed queues.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -95,6 +97,8 @@ class Accumulator:
         self.open: dict[TopicPartition, OpenBatch] = {}
         self.sealed: dict[TopicPartition, deque[SealedBatch]] = {}
         self.next_sequence: dict[TopicPartition, int] = {}
+        self.sealed_bytes = 0
+        self._lock = threading.Lock()
 
     def append(self, tp: TopicPartition, record: RecordInput, timestamp_ms: int) -> bool:
         """Add a record; whether its partition's batch is now full."""
@@ -132,7 +136,9 @@ class Accumulator:
                 compression=self.compression,
             )
             self.next_sequence[tp] = (sequence + count) & 0x7FFFFFFF
-            self.sealed.setdefault(tp, deque()).append(SealedBatch(tp, sequence, count, data))
+            with self._lock:
+                self.sealed.setdefault(tp, deque()).append(SealedBatch(tp, sequence, count, data))
+                self.sealed_bytes += len(data)
 
     def lingering(self) -> bool:
         """Whether an open batch has waited `linger_s`."""
@@ -142,18 +148,25 @@ class Accumulator:
     def heads(self) -> list[SealedBatch]:
         """The oldest sealed batch of every partition: one Produce request may carry one
         batch per partition, and a partition's batches go in order."""
-        return [queue[0] for queue in self.sealed.values() if queue]
+        with self._lock:
+            return [queue[0] for queue in self.sealed.values() if queue]
 
     def sent(self, batch: SealedBatch) -> None:
         """The broker has `batch` (acknowledged, or a duplicate of one it has)."""
-        queue = self.sealed[batch.tp]
-        assert queue[0] is batch, "batches of a partition are acknowledged in order"
-        queue.popleft()
-        if not queue:
-            del self.sealed[batch.tp]
+        with self._lock:
+            queue = self.sealed[batch.tp]
+            assert queue[0] is batch, "batches of a partition are acknowledged in order"
+            queue.popleft()
+            self.sealed_bytes -= len(batch.data)
+            if not queue:
+                del self.sealed[batch.tp]
+
+    def has_sealed(self) -> bool:
+        with self._lock:
+            return bool(self.sealed)
 
     def pending(self) -> bool:
-        return bool(self.open) or bool(self.sealed)
+        return bool(self.open) or self.has_sealed()
 
     def drop_open(self) -> None:
         """An abort: records never sealed are dropped (they took no sequence)."""
@@ -162,5 +175,7 @@ class Accumulator:
     def reset(self) -> None:
         """A new producer id or epoch: everything unsent goes, sequences start at 0."""
         self.open.clear()
-        self.sealed.clear()
+        with self._lock:
+            self.sealed.clear()
+            self.sealed_bytes = 0
         self.next_sequence.clear()

@@ -7,11 +7,15 @@ answer was lost with the connection is sent again as it is, same bytes and seque
 broker answers a duplicate with the offsets it gave the first time. Partitions the
 transaction does not hold yet are added (AddPartitionsToTxn) before their first batch.
 Any other refusal is raised with Kafka's name.
+
+`SendThread` runs the sending beside the producer, so the next batch is built while the
+broker writes the last one (the socket wait frees the interpreter lock).
 """
 
 from __future__ import annotations
 
 import datetime
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +29,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
-__all__ = ["PRODUCE_VERSIONS", "Sender"]
+__all__ = ["PRODUCE_VERSIONS", "SendThread", "Sender"]
 
 # Produce v3 is the first with one batch per partition and a transactional id; v12 would
 # add partitions implicitly (transaction version 2), which this client does not use.
@@ -51,12 +55,17 @@ class Sender:
         self.delivery_timeout_s = delivery_timeout_s
         self._last_error = ErrorCode.none
 
-    def send_sealed(self, add: Callable[[set[TopicPartition]], None]) -> None:
+    def send_sealed(
+        self,
+        add: Callable[[set[TopicPartition]], None],
+        progress: Callable[[], None] = lambda: None,
+    ) -> None:
         """Send until every sealed batch is acknowledged; `add` puts partitions into the
-        transaction first. Raises after `delivery_timeout_s` without progress."""
-        while self.accumulator.sealed:
+        transaction first, `progress` is told after each request. Raises after
+        `delivery_timeout_s` without progress."""
+        while self.accumulator.has_sealed():
             again = retrying(
-                lambda: self._round(add),
+                lambda: self._round(add, progress),
                 lambda retry: retry,
                 self.delivery_timeout_s,
                 self.link.backoff_s,
@@ -68,7 +77,9 @@ class Sender:
                     raise Unreachable(f"{what}: no leader could be reached")
                 raise KafkaApiError(code, f"{what}: {ErrorCode(code).name.upper()}")
 
-    def _round(self, add: Callable[[set[TopicPartition]], None]) -> bool:
+    def _round(
+        self, add: Callable[[set[TopicPartition]], None], progress: Callable[[], None]
+    ) -> bool:
         """One Produce request per leader; whether a retriable failure calls for a pause."""
         heads = self.accumulator.heads()
         add({batch.tp for batch in heads})
@@ -99,6 +110,7 @@ class Sender:
                 self._lost()
                 return True
             again = self._acknowledge(batches, answer) or again
+            progress()
         return again
 
     def _lost(self) -> None:
@@ -148,3 +160,86 @@ class Sender:
                     f"Produce to {batch.tp[0]}-{batch.tp[1]} of {self.transactional_id}: {name}",
                 )
         return again
+
+
+class SendThread:
+    """Sends an accumulator's sealed batches on a thread of its own, when kicked.
+
+    A failure stops the sending until `clear`; the producer's next call raises it.
+    """
+
+    def __init__(self, sender: Sender, add: Callable[[set[TopicPartition]], None]) -> None:
+        self.sender = sender
+        self.add = add
+        self._cond = threading.Condition()
+        self._work = self._busy = self._closed = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def kick(self) -> None:
+        """Sealed batches are waiting; a failure of earlier sending is raised here."""
+        with self._cond:
+            self._raise()
+            self._work = True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="participant-sender", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait_below(self, limit: int) -> None:
+        """Wait while more than `limit` bytes of sealed batches wait to be acknowledged."""
+        with self._cond:
+            while self.sender.accumulator.sealed_bytes > limit and self._active():
+                self._cond.wait()
+            self._raise()
+
+    def wait_idle(self, *, raise_error: bool = True) -> None:
+        """Wait until nothing is being sent; then raise a failure, if asked."""
+        with self._cond:
+            while self._active():
+                self._cond.wait()
+            if raise_error:
+                self._raise()
+
+    def clear(self) -> None:
+        """Forget a failure (the producer starts over: new epoch, nothing sealed)."""
+        with self._cond:
+            self._error = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _active(self) -> bool:
+        return (self._work or self._busy) and self._error is None and not self._closed
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._work and self._error is None) and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._work, self._busy = False, True
+            try:
+                self.sender.send_sealed(self.add, self._notify)
+            except BaseException as exc:  # handed to the producer's thread
+                with self._cond:
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()

@@ -92,6 +92,7 @@ class ProducerSettings:
     delivery_timeout_ms: int = 120_000
     transaction_timeout_ms: int = 60_000
     retry_backoff_ms: int = 100
+    buffer_memory: int = 32 * 1024 * 1024  # sealed bytes waiting before produce waits
     two_phase: bool = True
 
     @classmethod
