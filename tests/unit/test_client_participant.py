@@ -14,7 +14,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from onceflow.client import retry
 from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable
 from onceflow.client.participant_records import Accumulator, kafka_partition, murmur2
-from onceflow.client.participant_sender import Sender
+from onceflow.client.participant_sender import Sender, SendThread
 from onceflow.client.participant_state import PreparedTransaction, ProducerSettings
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
@@ -222,3 +222,28 @@ def test_a_fatal_refusal_is_raised_with_kafkas_name() -> None:
     with pytest.raises(KafkaApiError, match="INVALID_PRODUCER_EPOCH") as raised:
         sender.send_sealed(lambda partitions: None)
     assert raised.value.code == ErrorCode.invalid_producer_epoch
+
+
+def test_the_sending_thread_hands_a_failure_to_the_producers_next_call() -> None:
+    sender, acc, connection, _ = sender_with(
+        [{("t", 0): ErrorCode.none}, {("t", 0): ErrorCode.producer_fenced}]
+    )
+    thread = SendThread(sender, lambda partitions: None)
+    try:
+        acc.append(("t", 0), (None, b"a", ()), 1)
+        acc.seal(5, 0, everything=True)
+        thread.kick()
+        thread.wait_idle()
+        assert not acc.pending() and len(connection.sent) == 1
+        acc.append(("t", 0), (None, b"b", ()), 1)
+        acc.seal(5, 0, everything=True)
+        thread.kick()
+        with pytest.raises(KafkaApiError, match="PRODUCER_FENCED"):
+            thread.wait_idle()
+        with pytest.raises(KafkaApiError, match="PRODUCER_FENCED"):
+            thread.kick()  # it sticks until the producer starts over
+        thread.clear()
+        acc.reset()
+        thread.wait_idle()
+    finally:
+        thread.close()
