@@ -201,13 +201,15 @@ def test_zombies_are_fenced_by_a_new_instance(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.broker_overrides(TWO_PC)
+@pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_order_and_sequences_per_partition_across_many_batches_and_transactions(
-    broker: BrokerProcess,
+    broker: BrokerProcess, compression: str
 ) -> None:
     """The log itself (raw Fetch, no consumer) holds every record once, in order, with
     sequences continuing from 0 across batches and transactions of one epoch."""
-    topic = create_topic(broker.bootstrap, "participant-order", PARTITIONS)
-    with TwoPhaseProducer(broker.bootstrap, "participant-order", batch_size=1024) as producer:
+    topic = create_topic(broker.bootstrap, f"participant-order-{compression}", PARTITIONS)
+    settings = {"batch.size": 1024, "compression.type": compression}
+    with TwoPhaseProducer(broker.bootstrap, "participant-order", **settings) as producer:
         producer.init()
         sent: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
         for txn, commit in enumerate((True, False, True)):

@@ -13,6 +13,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from onceflow.client import retry
 from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable
+from onceflow.client.participant import TransactionStateError, TwoPhaseProducer
 from onceflow.client.participant_records import Accumulator, kafka_partition, murmur2
 from onceflow.client.participant_sender import Sender, SendThread
 from onceflow.client.participant_state import PreparedTransaction, ProducerSettings
@@ -247,3 +248,16 @@ def test_the_sending_thread_hands_a_failure_to_the_producers_next_call() -> None
         thread.wait_idle()
     finally:
         thread.close()
+
+
+def test_the_producer_refuses_calls_its_state_does_not_allow() -> None:
+    producer = TwoPhaseProducer("localhost:1", "txn")  # connects only when asked to
+    with pytest.raises(TransactionStateError, match="init"):
+        producer.begin()
+    with pytest.raises(TransactionStateError, match="init"):
+        producer.produce("t", b"v")
+    with pytest.raises(ConfigError, match="transactional id"):
+        TwoPhaseProducer("localhost:1", "")
+    with pytest.raises(ConfigError, match="unknown producer setting"):
+        TwoPhaseProducer("localhost:1", "txn", **{"enable.idempotence": False})
+    producer.close()
