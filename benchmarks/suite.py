@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import cluster, disk, recovery, scaling, security, tls_records
+from benchmarks import cluster, disk, participant, recovery, scaling, security, tls_records
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
@@ -37,6 +37,7 @@ from onceflow.bench import (
 RESULTS = Path(__file__).parent / "results"
 SECTIONS = (
     "throughput",
+    "participant",
     "security",
     "latency",
     "scaling",
@@ -45,7 +46,7 @@ SECTIONS = (
     "spark",
     "disk",
 )
-WRITE_HEAVY = {"throughput", "security", "scaling", "recovery", "cluster"}
+WRITE_HEAVY = {"throughput", "participant", "security", "scaling", "recovery", "cluster"}
 
 
 @dataclass
@@ -177,6 +178,12 @@ def throughput(plan: Plan, broker: OnceflowBroker, mock: str, out: dict[str, flo
     out["consume_committed_ratio_to_produce"] = (
         out["consume_read_committed_MBps"] / out["produce_1024B_onceflow_MBps"]
     )
+
+
+def participant_section(plan: Plan, out: dict[str, float]) -> None:
+    """Figure 10: the participant client's two-phase produce against confluent-kafka's
+    transactional producer, 1 KiB and 100 B values, in turn on one broker."""
+    out.update(participant.participant_figures(plan.messages, plan.repeat))
 
 
 def security_section(plan: Plan, out: dict[str, float]) -> None:
@@ -352,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     _admin, mock = mock_cluster()  # the mock lives as long as its client
     steps: dict[str, Callable[[], None]] = {
         "throughput": lambda: throughput(plan, broker, mock, figures),
+        "participant": lambda: participant_section(plan, figures),
         "security": lambda: security_section(plan, figures),
         "latency": lambda: latencies(plan, broker, figures),
         "scaling": lambda: scale(plan, broker, figures),

@@ -1,0 +1,240 @@
+"""The participant client's way to a cluster, and its transaction coordinator's requests.
+
+`Link` keeps one `Cluster` and opens it again after a lost connection (a cut socket is
+never reused); it remembers the coordinator and the partition leaders until an answer says
+they moved. The coordinator requests (InitProducerId v6, AddPartitionsToTxn, EndTxn) are
+sent again through the client's retry helper while the answer is retriable or the
+connection was lost; other errors are raised with Kafka's names.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.client.blocking import Connection
+from onceflow.client.cluster import Cluster
+from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
+from onceflow.client.participant_state import ProducerSettings
+from onceflow.client.retry import retrying
+from onceflow.client.wire import api_name, request_entity
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+
+__all__ = ["Identity", "Link", "add_partitions", "end_txn", "init_producer_id", "version"]
+
+_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What InitProducerId v6 answered: this instance's producer id and epoch, and the open
+    transaction it kept (-1, -1: none)."""
+
+    producer_id: int
+    epoch: int
+    ongoing_producer_id: int
+    ongoing_epoch: int
+
+
+def version(connection: Connection, api_key: int, lo: int, hi: int) -> int:
+    """The highest version of `api_key` in lo..hi that the broker speaks."""
+    theirs = connection.versions.get(api_key)
+    if theirs is None or theirs[1] < lo or theirs[0] > hi:
+        offered = "none" if theirs is None else f"v{theirs[0]}-{theirs[1]}"
+        raise UnsupportedVersion(
+            f"the broker at {connection.address} offers {api_name(api_key)} {offered}; "
+            f"the participant client needs v{lo}-{hi}"
+        )
+    return min(hi, theirs[1])
+
+
+class Link:
+    """A cluster reached from the bootstrap servers, opened again when a connection is lost."""
+
+    def __init__(self, bootstrap: str, settings: ProducerSettings) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = settings.request_timeout_ms / 1000
+        self.security = settings.security
+        self.backoff_s = settings.retry_backoff_ms / 1000
+        self._cluster: Cluster | None = None
+        self._coordinator: Connection | None = None
+        self.partitions: dict[str, dict[int, int]] = {}  # topic -> partition -> leader
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = Cluster(self.bootstrap, self.timeout_s, self.security)
+        return self._cluster
+
+    def reset(self) -> None:
+        """A connection was lost: every connection goes, and what they told us."""
+        if self._cluster is not None:
+            self._cluster.close()
+        self._cluster = None
+        self._coordinator = None
+        self.partitions.clear()
+
+    close = reset
+
+    def coordinator(self, transactional_id: str) -> Connection:
+        if self._coordinator is None:
+            _, self._coordinator = self.cluster.transaction_coordinator(transactional_id)
+        return self._coordinator
+
+    def coordinator_moved(self) -> None:
+        self._coordinator = None
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> leader of `topic`, from Metadata when not known yet."""
+        known = self.partitions.get(topic)
+        if known is None:
+            metadata = self.cluster.metadata([topic])
+            error = metadata.topic_errors.get(topic)
+            if error is not None:
+                raise KafkaApiError(error, f"topic {topic}: {ErrorCode(error).name.upper()}")
+            known = self.partitions[topic] = metadata.leaders[topic]
+        return known
+
+    def forget(self, topics: Iterable[str]) -> None:
+        """Leaders moved (NOT_LEADER_OR_FOLLOWER and the like): ask Metadata again."""
+        for topic in topics:
+            self.partitions.pop(topic, None)
+
+
+def _coordinator_call(
+    link: Link,
+    transactional_id: str,
+    what: str,
+    request: Callable[[Connection], tuple[int, int, Any]],
+    error_of: Callable[[Any], int],
+    timeout_s: float,
+) -> Any:
+    """One coordinator request, sent again while it fails retriably; its answer."""
+
+    def attempt() -> tuple[int, Any]:
+        try:
+            connection = link.coordinator(transactional_id)
+            api_key, v, body = request(connection)
+            answer = connection.call_at(api_key, v, body)
+        except Unreachable:
+            link.reset()
+            return int(ErrorCode.network_exception), None
+        except KafkaApiError as exc:  # FindCoordinator's own refusal
+            return exc.code, None
+        code = error_of(answer)
+        if code in _MOVED:
+            link.coordinator_moved()
+        return code, answer
+
+    code, answer = retrying(
+        attempt, lambda result: ErrorCode(result[0]).retriable, timeout_s, link.backoff_s
+    )
+    if answer is None and code == ErrorCode.network_exception:
+        raise Unreachable(f"{what} of transactional id {transactional_id}: no broker answered")
+    if code != ErrorCode.none:
+        name = ErrorCode(code).name.upper()
+        raise KafkaApiError(code, f"{what} of transactional id {transactional_id}: {name}")
+    return answer
+
+
+def init_producer_id(
+    link: Link, transactional_id: str, settings: ProducerSettings, *, keep: bool
+) -> Identity:
+    """InitProducerId v6 with enable2Pc (if two-phase) and keepPreparedTxn as asked."""
+
+    def request(connection: Connection) -> tuple[int, int, Any]:
+        version(connection, ApiKey.INIT_PRODUCER_ID, 6, 6)
+        body = build(
+            request_type(ApiKey.INIT_PRODUCER_ID, 6),
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(milliseconds=settings.transaction_timeout_ms),
+            producer_id=-1,
+            producer_epoch=-1,
+            enable2_pc=settings.two_phase,
+            keep_prepared_txn=keep,
+        )
+        return ApiKey.INIT_PRODUCER_ID, 6, body
+
+    timeout_s = settings.delivery_timeout_ms / 1000
+    answer = _coordinator_call(
+        link, transactional_id, "InitProducerId", request, lambda a: a.error_code, timeout_s
+    )
+    return Identity(
+        int(answer.producer_id),
+        int(answer.producer_epoch),
+        int(answer.ongoing_txn_producer_id),
+        int(answer.ongoing_txn_producer_epoch),
+    )
+
+
+def add_partitions(
+    link: Link,
+    transactional_id: str,
+    identity: tuple[int, int],
+    partitions: dict[str, list[int]],
+    timeout_s: float,
+) -> None:
+    """AddPartitionsToTxn (v0-v3, a client's) for every partition in `partitions` at once."""
+    producer_id, epoch = identity
+
+    def request(connection: Connection) -> tuple[int, int, Any]:
+        v = version(connection, ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+        topics = tuple(
+            request_entity(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                v,
+                "AddPartitionsToTxnTopic",
+                name=topic,
+                partitions=tuple(sorted(numbers)),
+            )
+            for topic, numbers in partitions.items()
+        )
+        body = build(
+            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, v),
+            v3_and_below_transactional_id=transactional_id,
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=topics,
+        )
+        return ApiKey.ADD_PARTITIONS_TO_TXN, v, body
+
+    def worst(answer: Any) -> int:
+        codes = {
+            int(r.partition_error_code)
+            for t in answer.results_by_topic_v3_and_below
+            for r in t.results_by_partition
+        }
+        codes.discard(ErrorCode.none)
+        codes.discard(ErrorCode.operation_not_attempted)  # another partition's error says why
+        return min(codes, key=lambda c: ErrorCode(c).retriable) if codes else ErrorCode.none
+
+    _coordinator_call(link, transactional_id, "AddPartitionsToTxn", request, worst, timeout_s)
+
+
+def end_txn(
+    link: Link,
+    transactional_id: str,
+    identity: tuple[int, int],
+    commit: bool,
+    timeout_s: float,
+) -> None:
+    """EndTxn at transaction version 0 (v0-v4: the epoch is not bumped by the end)."""
+    producer_id, epoch = identity
+
+    def request(connection: Connection) -> tuple[int, int, Any]:
+        v = version(connection, ApiKey.END_TXN, 0, 4)
+        body = build(
+            request_type(ApiKey.END_TXN, v),
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            committed=commit,
+        )
+        return ApiKey.END_TXN, v, body
+
+    what = "EndTxn commit" if commit else "EndTxn abort"
+    _coordinator_call(link, transactional_id, what, request, lambda a: a.error_code, timeout_s)
