@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -32,6 +33,7 @@ from onceflow.cli import (
     transactions,
     users,
 )
+from onceflow.cli.argv import OnceflowParser
 from onceflow.cli.common import KAFKA_LOG, CliError, UsageError
 from onceflow.client.errors import ClientError
 
@@ -41,14 +43,26 @@ PROG = "onceflow"
 CLIENT_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
+def version() -> str:
+    """The installed package's version (`unknown` when run from a bare source tree)."""
+    try:
+        return importlib.metadata.version("onceflow")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OnceflowParser(
         prog=PROG,
-        description="Onceflow: exactly-once streaming on a Kafka-compatible broker.",
+        description="Onceflow: exactly-once streaming on a Kafka-compatible broker. The "
+        "commands take the options of the Kafka tool that does the same job "
+        "(kafka-topics.sh, kafka-console-producer.sh, ...).",
     )
+    parser.translate_aliases = True
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also show the Kafka client's own log"
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (
         serve,
@@ -66,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         console,
     ):
         module.register(commands)
+    for command in commands.choices.values():  # as every Kafka tool takes --version
+        command.add_argument("--version", action="version", version=f"{PROG} {version()}")
     return parser
 
 
