@@ -130,9 +130,18 @@ def _value_count(action: argparse.Action, token: str, rest: Sequence[str]) -> in
     return count
 
 
+def _options(*parsers: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {o: a for parser in parsers for a in parser._actions for o in a.option_strings}
+
+
 def positionals(parser: argparse.ArgumentParser, tokens: Sequence[str], command: str) -> list[int]:
     """Indices of the positional tokens; an unknown option raises its one-line error."""
-    options = {o: a for a in parser._actions for o in a.option_strings}
+    return _positionals(_options(parser), tokens, command)
+
+
+def _positionals(
+    options: dict[str, argparse.Action], tokens: Sequence[str], command: str
+) -> list[int]:
     found: list[int] = []
     index = 0
     while index < len(tokens):
@@ -193,7 +202,7 @@ def _subcommand(command: str) -> Callable[[list[str], argparse.ArgumentParser], 
 
     def rewrite(tokens: list[str], parser: argparse.ArgumentParser) -> list[str]:
         actions = _commands(parser)
-        words = [i for i, token in enumerate(tokens) if not _is_option(token)]
+        words = _positionals(_options(parser, *actions.values()), tokens, command)
         chosen = next((i for i in words if tokens[i] in actions), None)
         if chosen is None:
             if words:
