@@ -54,6 +54,7 @@ def register(commands: Any) -> None:
 
 def _normalize(args: argparse.Namespace) -> None:
     args.paths = [*args.files, *args.paths]
+    del args.files  # merged: either form gives the same request
     if not args.paths:
         raise UsageError("give --files PATH[,PATH...]")
 
