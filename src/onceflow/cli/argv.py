@@ -231,6 +231,13 @@ _REWRITES: dict[str, Callable[[list[str], argparse.ArgumentParser], list[str]]] 
 }
 
 
+def _users_entity(tokens: Sequence[str]) -> bool:
+    pairs = zip(tokens, [*tokens[1:], ""], strict=True)
+    return (
+        "--user" in tokens or "--entity-type=users" in tokens or ("--entity-type", "users") in pairs
+    )
+
+
 def translate(argv: Sequence[str], commands: dict[str, argparse.ArgumentParser]) -> list[str]:
     """argv with the aliases rewritten into the Kafka form; raises `OneLineError`."""
     tokens = list(argv)
@@ -245,5 +252,7 @@ def translate(argv: Sequence[str], commands: dict[str, argparse.ArgumentParser])
         if close is not None:
             raise OneLineError(f"unknown command {command!r}; did you mean {close!r}?")
         return tokens  # argparse lists the choices
+    if command == "configs" and _users_entity(tokens[where + 1 :]):
+        command = tokens[where] = "users"  # kafka-configs.sh's users: the users command
     rewrite = _REWRITES.get(command, _check_only(command))
     return [*tokens[: where + 1], *rewrite(tokens[where + 1 :], commands[command])]

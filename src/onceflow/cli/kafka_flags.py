@@ -19,6 +19,7 @@ KAFKA_TOOLS = {
     "transactions": "kafka-transactions.sh",
     "acls": "kafka-acls.sh",
     "users": "kafka-configs.sh",
+    "configs": "kafka-configs.sh",
     "serve": "kafka-server-start.sh",
 }
 
@@ -98,6 +99,19 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "--ip": "",
         "--client-metrics": "",
         "--group": "",
+    },
+    "configs": {
+        "--zookeeper": _ZOOKEEPER,
+        "--bootstrap-controller": _ZOOKEEPER,
+        "--client": "",
+        "--client-defaults": "",
+        "--ip": "",
+        "--ip-defaults": "",
+        "--client-metrics": "",
+        "--group": "",
+        "--broker-logger": "",
+        "--user-defaults": "",
+        "--force": "",
     },
     "transactions": {
         "force-terminate": "give abort",

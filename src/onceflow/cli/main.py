@@ -22,6 +22,7 @@ from onceflow.cli import (
     acls,
     bench,
     cluster,
+    configs,
     console,
     consume,
     delete_records,
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         transactions,
         acls,
         users,
+        configs,
         bench,
         console,
     ):
