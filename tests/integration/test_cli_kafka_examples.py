@@ -71,6 +71,9 @@ def test_topics(
         f"Increased the partition count of topic {topic} to 3.\n"
     )
     assert ok(run("--describe", "--topic", topic, "--under-replicated-partitions")) == ""
+    assert ok(run("--describe", "--topic", topic, "--under-min-isr-partitions")) == ""
+    at_min = ok(run("--describe", "--topic", topic, "--at-min-isr-partitions"))  # min ISR 1
+    assert at_min.count(f"\tTopic: {topic}\tPartition: ") == 3
     assert ok(run("--describe", "--topic", f"{topic[:-3]}.*")).count("\tPartition: ") == 3
     code, _, err = run("--create", "--topic", topic, "--replica-assignment", "1:2")
     assert (code, err.count("\n")) == (2, 1)

@@ -10,8 +10,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import Uuid
+from confluent_kafka.admin import ConfigEntry, ConfigSource
 
 from onceflow.cli import topics
+from onceflow.cli.common import CliError
 from onceflow.cli.line_reader import LineError, LineReader, Record
 from onceflow.cli.record_formatter import RecordFormatter
 
@@ -125,9 +128,9 @@ def test_topic_names_then_regular_expressions() -> None:
 
 
 def describe_args(**flags: bool) -> argparse.Namespace:
-    defaults = dict.fromkeys(
-        ("under_replicated_partitions", "unavailable_partitions", "topics_with_overrides"), False
-    )
+    reports = ("under_replicated", "unavailable", "under_min_isr", "at_min_isr")
+    defaults = dict.fromkeys([f"{report}_partitions" for report in reports], False)
+    defaults["topics_with_overrides"] = False
     return argparse.Namespace(all_configs=False, **{**defaults, **flags})
 
 
@@ -160,3 +163,22 @@ def test_reports_print_only_their_partitions(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out.count("\n") == 1
     topics._describe_one("t", TOPIC, [], None, describe_args(topics_with_overrides=True))
     assert capsys.readouterr().out == ""  # no overrides: not shown
+
+
+def test_min_isr_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    configs = [ConfigEntry("min.insync.replicas", "2", source=ConfigSource.DEFAULT_CONFIG)]
+    topics._describe_one("t", TOPIC, configs, None, describe_args(under_min_isr_partitions=True))
+    partitions = [line.split("\t")[2] for line in capsys.readouterr().out.splitlines()]
+    assert partitions == ["Partition: 1", "Partition: 2"]  # one in sync, and no leader
+    topics._describe_one("t", TOPIC, configs, None, describe_args(at_min_isr_partitions=True))
+    assert [line.split("\t")[2] for line in capsys.readouterr().out.splitlines()] == [
+        "Partition: 0"
+    ]
+    with pytest.raises(CliError, match=r"min\.insync\.replicas is unknown"):
+        topics._describe_one("t", TOPIC, "denied", None, describe_args(at_min_isr_partitions=True))
+
+
+def test_topic_ids_print_as_kafka_prints_them() -> None:
+    # Kafka's Uuid text is URL-safe base64 (- and _), unpadded; librdkafka's uses + and /.
+    assert topics.kafka_uuid(Uuid(-1, 5)) == "__________8AAAAAAAAABQ"
+    assert topics.kafka_uuid(Uuid(0, 0)) == topics.ZERO_TOPIC_ID

@@ -38,8 +38,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "--zookeeper": _ZOOKEEPER,
         "--replica-assignment": "the broker places replicas; give --replication-factor",
         "--topic-id": "give --topic",
-        "--under-min-isr-partitions": "--under-replicated-partitions is supported",
-        "--at-min-isr-partitions": "--under-replicated-partitions is supported",
         "--partition-size-limit-per-response": "",
     },
     "produce": {

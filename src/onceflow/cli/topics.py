@@ -13,6 +13,7 @@ config value does not leave the partitions added.
 from __future__ import annotations
 
 import argparse
+import base64
 import re
 import sys
 from collections.abc import Iterable
@@ -65,6 +66,8 @@ _VALID_WITH = {
     "all_configs": ("describe",),
     "under_replicated_partitions": ("describe",),
     "unavailable_partitions": ("describe",),
+    "under_min_isr_partitions": ("describe",),
+    "at_min_isr_partitions": ("describe",),
     "topics_with_overrides": ("describe",),
 }
 
@@ -137,6 +140,17 @@ def register(commands: Any) -> None:
         help="with --describe: only partitions without a leader",
     )
     parser.add_argument(
+        "--under-min-isr-partitions",
+        action="store_true",
+        help="with --describe: only partitions with fewer in-sync replicas than "
+        "min.insync.replicas (or no leader)",
+    )
+    parser.add_argument(
+        "--at-min-isr-partitions",
+        action="store_true",
+        help="with --describe: only partitions with exactly min.insync.replicas in sync",
+    )
+    parser.add_argument(
         "--topics-with-overrides",
         action="store_true",
         help="with --describe: only topics with config overrides, without their partitions",
@@ -176,8 +190,7 @@ def _normalize(args: argparse.Namespace) -> None:
         raise UsageError(f"--{action} needs one --topic")
     if action == "delete" and not names:
         raise UsageError("--delete needs --topic")
-    reports = args.under_replicated_partitions or args.unavailable_partitions
-    if reports and args.topics_with_overrides:
+    if _reporting(args) and args.topics_with_overrides:
         raise UsageError("--topics-with-overrides shows no partitions to report on")
     args.topic = names[0] if names else None
     args.func = _RUNNERS[action]
@@ -355,6 +368,14 @@ def _node(node_id: int) -> str:
     return "none" if node_id < 0 else str(node_id)
 
 
+def kafka_uuid(uuid: Any) -> str:
+    """A Uuid as Kafka prints it: URL-safe base64 of its 16 bytes, unpadded (librdkafka's
+    own text uses the standard alphabet, with + and /)."""
+    high, low = uuid.get_most_significant_bits(), uuid.get_least_significant_bits()
+    raw = (high & (2**64 - 1)).to_bytes(8, "big") + (low & (2**64 - 1)).to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
 def _topic_ids(admin: Any, names: list[str], args: argparse.Namespace) -> dict[str, str]:
     """Topic ids by name (base64, as Kafka prints them); none from a broker without them."""
     describe = getattr(admin, "describe_topics", None)
@@ -365,21 +386,53 @@ def _topic_ids(admin: Any, names: list[str], args: argparse.Namespace) -> dict[s
         futures = describe(TopicCollection(names), request_timeout=_timeout_s(args))
         for name, future in futures.items():
             topic_id = future.result().topic_id
-            if topic_id is not None and str(topic_id) != ZERO_TOPIC_ID:
-                ids[name] = str(topic_id)
+            if topic_id is not None and kafka_uuid(topic_id) != ZERO_TOPIC_ID:
+                ids[name] = kafka_uuid(topic_id)
     except KafkaException:
         pass  # the id is only a label here: the partitions still come from the metadata
     return ids
 
 
-def _partition_lines(name: str, topic: Any, args: argparse.Namespace) -> list[str]:
+def _reporting(args: argparse.Namespace) -> bool:
+    """Whether a partition report (kafka-topics.sh's --*-partitions options) is asked."""
+    return bool(
+        args.under_replicated_partitions
+        or args.unavailable_partitions
+        or args.under_min_isr_partitions
+        or args.at_min_isr_partitions
+    )
+
+
+def _min_isr(name: str, configs: list[Any] | str) -> int:
+    """The topic's min.insync.replicas, which the min-ISR reports compare with."""
+    for entry in [] if isinstance(configs, str) else configs:
+        if entry.name == "min.insync.replicas" and str(entry.value).isdigit():
+            return int(entry.value)
+    raise CliError(f"cannot report on topic {name}: its min.insync.replicas is unknown")
+
+
+def _reported(partition: Any, args: argparse.Namespace, min_isr: int | None) -> bool:
+    """Whether the partition meets every report asked for (all of them when none is)."""
+    isr, leaderless = len(partition.isrs), partition.leader < 0
+    checks = (
+        (args.under_replicated_partitions, isr < len(partition.replicas)),
+        (args.unavailable_partitions, leaderless),
+        (args.under_min_isr_partitions, leaderless or (min_isr is not None and isr < min_isr)),
+        (args.at_min_isr_partitions, isr == min_isr),
+    )
+    return all(holds for asked, holds in checks if asked)
+
+
+def _partition_lines(
+    name: str, topic: Any, args: argparse.Namespace, configs: list[Any] | str
+) -> list[str]:
     """kafka-topics.sh's partition lines, only the reported ones when a report is asked."""
+    needs_min_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
+    min_isr = _min_isr(name, configs) if needs_min_isr else None
     lines = []
     for pid in sorted(topic.partitions):
         partition = topic.partitions[pid]
-        if args.under_replicated_partitions and len(partition.isrs) >= len(partition.replicas):
-            continue
-        if args.unavailable_partitions and partition.leader >= 0:
+        if not _reported(partition, args, min_isr):
             continue
         line = (
             f"\tTopic: {name}\tPartition: {partition.id}\tLeader: {_node(partition.leader)}"
@@ -396,9 +449,10 @@ def _describe_one(
     name: str, topic: Any, configs: list[Any] | str, topic_id: str | None, args: argparse.Namespace
 ) -> None:
     """kafka-topics.sh --describe's lines: the topic's, then one per partition. A report
-    (--under-replicated-partitions, --unavailable-partitions) prints only partition lines,
+    (--under-replicated-partitions, --unavailable-partitions, --under-min-isr-partitions,
+    --at-min-isr-partitions) prints only partition lines,
     --topics-with-overrides only the lines of topics with overrides, as Kafka's tool does."""
-    reporting = args.under_replicated_partitions or args.unavailable_partitions
+    reporting = _reporting(args)
     if isinstance(configs, str):
         rendered = f"(unavailable: {configs})"
     else:
@@ -412,7 +466,7 @@ def _describe_one(
             f"ReplicationFactor: {replication}\tConfigs: {rendered}"
         )
     if not args.topics_with_overrides:
-        for line in _partition_lines(name, topic, args):
+        for line in _partition_lines(name, topic, args, configs):
             print(line)
 
 
@@ -439,9 +493,7 @@ def run_describe(args: argparse.Namespace) -> int:
             status = 1
     if missing and not args.if_exists:
         raise CliError(f"no such topic: {', '.join(missing)}")
-    if args.under_replicated_partitions or args.unavailable_partitions:
-        return status
-    if args.topics_with_overrides:
+    if _reporting(args) or args.topics_with_overrides:
         return status
     # Where the partitions live, and whether the brokers still accept writes there.
     try:
