@@ -8,6 +8,7 @@ import argparse
 
 import pytest
 
+from onceflow.cli.configs import parse_add_config
 from onceflow.cli.line_reader import LineReader
 from onceflow.cli.main import build_parser, main, version
 from onceflow.cli.record_formatter import RecordFormatter
@@ -98,6 +99,26 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         ),
         (["dump-log", "--files", "a.log,b.index"], ["dump-log", "a.log", "b.index"]),
         (
+            ["configs", "--entity-type", "topics", "--entity-name", "t", "--describe"],
+            ["configs", "--topic", "t", "--describe"],
+        ),
+        (
+            [
+                "configs",
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+                "--alter",
+                "--delete-config",
+                "a",
+            ],
+            ["configs", "--broker-defaults", "--alter", "--delete-config", "a"],
+        ),
+        (
+            ["configs", "--entity-type", "users", "--entity-name", "alice", "--describe"],
+            ["users", "--entity-type", "users", "--entity-name", "alice", "--describe"],
+        ),
+        (
             ["transactions", "--bootstrap-server", "b:1", "list"],
             ["transactions", "list", "--bootstrap-server", "b:1"],
         ),
@@ -134,6 +155,14 @@ def test_consume_kafka_form_fields() -> None:
     assert (args.topic, args.partition, args.print_timestamp) == ("t", 0, True)
     assert args.formatter == RecordFormatter(print_timestamp=True)
     assert args.property == []
+
+
+def test_kafka_configs_add_config_syntax() -> None:
+    assert parse_add_config("a=1,b=[x,y],c=") == {"a": "1", "b": "x,y", "c": ""}
+    args = build_parser().parse_args(
+        ["configs", "--broker", "1", "--alter", "--add-config", "log.cleaner.threads=2"]
+    )
+    assert (args.entity_type, args.entity_name, args.alter) == ("brokers", "1", True)
 
 
 # --- one line for a mistake -------------------------------------------------------------------
@@ -197,6 +226,19 @@ def test_consume_kafka_form_fields() -> None:
             "may not be equal",
         ),
         (["dump-log"], "onceflow dump-log: error: give --files PATH[,PATH...]"),
+        (
+            ["configs", "--describe"],
+            "onceflow configs: error: give --entity-type topics|brokers (or --topic, --broker)",
+        ),
+        (
+            ["configs", "--topic", "t", "--alter"],
+            "onceflow configs: error: --alter needs --add-config, --add-config-file or "
+            "--delete-config",
+        ),
+        (
+            ["configs", "--describe", "--client", "c"],
+            "onceflow: error: --client is a kafka-configs.sh option Onceflow does not support",
+        ),
     ],
 )
 def test_mistakes_get_one_line(

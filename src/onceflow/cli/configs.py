@@ -76,6 +76,7 @@ def _normalize(args: argparse.Namespace) -> None:
     if args.broker is not None or args.broker_defaults:
         args.entity_type, args.entity_name = args.entity_type or "brokers", args.broker
         args.entity_default = args.entity_default or args.broker_defaults
+    args.topic, args.broker, args.broker_defaults = None, None, False  # merged: one request
     if args.entity_type is None:
         raise UsageError("give --entity-type topics|brokers (or --topic, --broker)")
     if args.entity_default and args.entity_type != "brokers":
