@@ -81,7 +81,8 @@ def add_property_options(
         tool_keys=tool_keys,
         type=key_value,
         metavar="KEY=VALUE",
-        help=f"{what}: {', '.join(sorted(tool_keys))}; repeatable",
+        help=f"{what}: {', '.join(sorted(tool_keys))} (any other key is a {client} "
+        "setting, as with the next option); repeatable",
     )
     parser.add_argument(
         f"--{client}-property",
