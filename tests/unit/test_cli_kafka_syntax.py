@@ -99,6 +99,10 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         ),
         (["dump-log", "--files", "a.log,b.index"], ["dump-log", "a.log", "b.index"]),
         (
+            ["serve", "server.properties", "--override", "node.id=2"],
+            ["serve", "--config", "server.properties", "--override", "node.id=2"],
+        ),
+        (
             ["configs", "--entity-type", "topics", "--entity-name", "t", "--describe"],
             ["configs", "--topic", "t", "--describe"],
         ),
