@@ -1,8 +1,10 @@
 """`onceflow ...`: the command line entry point.
 
 Each command family lives in its own module with a `register(subparsers)` that adds its
-parser and sets `func`. This module only builds the parser, sets up logging and turns
-failures into exit codes: user errors (a `CliError`, or the client package's `ClientError`)
+parser, in the syntax of the Kafka tool that does its job, and sets `func` (and `normalize`,
+which `argv.OnceflowParser` runs after parsing; it also rewrites the older short forms
+before). This module only builds the parser, sets up logging and turns failures into exit
+codes: user errors (a `CliError`, or the client package's `ClientError`)
 are one line on stderr and exit 1, usage errors keep argparse's exit 2, and a traceback
 means a bug.
 """
