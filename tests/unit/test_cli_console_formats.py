@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Uuid
 from confluent_kafka.admin import ConfigEntry, ConfigSource
 
-from onceflow.cli import topics
+from onceflow.cli import topic_views
 from onceflow.cli.common import CliError
 from onceflow.cli.line_reader import LineError, LineReader, Record
 from onceflow.cli.record_formatter import RecordFormatter
@@ -121,10 +121,10 @@ def test_log_append_time_and_no_value() -> None:
 
 def test_topic_names_then_regular_expressions() -> None:
     names = ["a.b", "aXb", "orders", "__consumer_offsets"]
-    assert topics._select(names, [], False) == (sorted(names), [])
-    assert topics._select(names, ["a.b"], False) == (["a.b"], [])  # a name wins
-    assert topics._select(names, ["a.*"], False) == (["a.b", "aXb"], [])
-    assert topics._select(names, ["ord", "__.*"], True) == ([], ["ord", "__.*"])
+    assert topic_views.select_topics(names, [], False) == (sorted(names), [])
+    assert topic_views.select_topics(names, ["a.b"], False) == (["a.b"], [])  # a name wins
+    assert topic_views.select_topics(names, ["a.*"], False) == (["a.b", "aXb"], [])
+    assert topic_views.select_topics(names, ["ord", "__.*"], True) == ([], ["ord", "__.*"])
 
 
 def describe_args(**flags: bool) -> argparse.Namespace:
@@ -144,7 +144,7 @@ TOPIC = SimpleNamespace(
 
 
 def test_describe_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    topics._describe_one("t", TOPIC, [], "X7yP", describe_args())
+    topic_views.describe_one("t", TOPIC, [], "X7yP", describe_args())
     assert capsys.readouterr().out.splitlines() == [
         "Topic: t\tTopicId: X7yP\tPartitionCount: 3\tReplicationFactor: 2\tConfigs: ",
         "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1,2",
@@ -154,31 +154,35 @@ def test_describe_lines(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_reports_print_only_their_partitions(capsys: pytest.CaptureFixture[str]) -> None:
-    topics._describe_one("t", TOPIC, [], None, describe_args(under_replicated_partitions=True))
+    topic_views.describe_one("t", TOPIC, [], None, describe_args(under_replicated_partitions=True))
     assert [line.split("\tLeader")[0] for line in capsys.readouterr().out.splitlines()] == [
         "\tTopic: t\tPartition: 1",
         "\tTopic: t\tPartition: 2",
     ]
-    topics._describe_one("t", TOPIC, [], None, describe_args(unavailable_partitions=True))
+    topic_views.describe_one("t", TOPIC, [], None, describe_args(unavailable_partitions=True))
     assert capsys.readouterr().out.count("\n") == 1
-    topics._describe_one("t", TOPIC, [], None, describe_args(topics_with_overrides=True))
+    topic_views.describe_one("t", TOPIC, [], None, describe_args(topics_with_overrides=True))
     assert capsys.readouterr().out == ""  # no overrides: not shown
 
 
 def test_min_isr_reports(capsys: pytest.CaptureFixture[str]) -> None:
     configs = [ConfigEntry("min.insync.replicas", "2", source=ConfigSource.DEFAULT_CONFIG)]
-    topics._describe_one("t", TOPIC, configs, None, describe_args(under_min_isr_partitions=True))
+    topic_views.describe_one(
+        "t", TOPIC, configs, None, describe_args(under_min_isr_partitions=True)
+    )
     partitions = [line.split("\t")[2] for line in capsys.readouterr().out.splitlines()]
     assert partitions == ["Partition: 1", "Partition: 2"]  # one in sync, and no leader
-    topics._describe_one("t", TOPIC, configs, None, describe_args(at_min_isr_partitions=True))
+    topic_views.describe_one("t", TOPIC, configs, None, describe_args(at_min_isr_partitions=True))
     assert [line.split("\t")[2] for line in capsys.readouterr().out.splitlines()] == [
         "Partition: 0"
     ]
     with pytest.raises(CliError, match=r"min\.insync\.replicas is unknown"):
-        topics._describe_one("t", TOPIC, "denied", None, describe_args(at_min_isr_partitions=True))
+        topic_views.describe_one(
+            "t", TOPIC, "denied", None, describe_args(at_min_isr_partitions=True)
+        )
 
 
 def test_topic_ids_print_as_kafka_prints_them() -> None:
     # Kafka's Uuid text is URL-safe base64 (- and _), unpadded; librdkafka's uses + and /.
-    assert topics.kafka_uuid(Uuid(-1, 5)) == "__________8AAAAAAAAABQ"
-    assert topics.kafka_uuid(Uuid(0, 0)) == topics.ZERO_TOPIC_ID
+    assert topic_views.kafka_uuid(Uuid(-1, 5)) == "__________8AAAAAAAAABQ"
+    assert topic_views.kafka_uuid(Uuid(0, 0)) == topic_views.ZERO_TOPIC_ID
