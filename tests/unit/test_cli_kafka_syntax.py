@@ -97,6 +97,14 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
                 "fetch.min.bytes=7",
             ],
         ),
+        (
+            ["produce", "--topic", "t", "--bootstrap-server", "b:1", "--command-config", "f"],
+            ["produce", "--topic", "t", "--broker-list", "b:1", "--producer.config", "f"],
+        ),
+        (
+            ["consume", "--topic", "t", "--command-config", "f"],
+            ["consume", "--topic", "t", "--consumer.config", "f"],
+        ),
         (["dump-log", "--files", "a.log,b.index"], ["dump-log", "a.log", "b.index"]),
         (
             ["serve", "server.properties", "--override", "node.id=2"],
