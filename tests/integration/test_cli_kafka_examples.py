@@ -154,6 +154,11 @@ def test_console_producer_and_consumer(
         "key.separator= | ",
     )
     assert ok(one) == "Offset:1 | second\n"
+    # Topics by pattern (--include), matching whole names: the topic, not one named longer.
+    ok(kafka(capsys, monkeypatch, bootstrap, "topics", "--create", "--topic", f"{topic}-x"))
+    pattern = ["consume", "--include", f"{topic[:-4]}.{{4}}", "--from-beginning"]
+    included = kafka(capsys, monkeypatch, bootstrap, *pattern, "--timeout-ms", "8000")
+    assert sorted(ok(included).splitlines()) == ["first", "second", "third"]
 
 
 def test_consumer_groups(

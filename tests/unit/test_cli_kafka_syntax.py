@@ -106,6 +106,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
             ["consume", "--topic", "t", "--consumer.config", "f"],
         ),
         (["dump-log", "--files", "a.log,b.index"], ["dump-log", "a.log", "b.index"]),
+        (["consume", "--include", "o.*"], ["consume", "--whitelist", "o.*"]),
         (
             ["serve", "server.properties", "--override", "node.id=2"],
             ["serve", "--config", "server.properties", "--override", "node.id=2"],
@@ -238,6 +239,15 @@ def test_kafka_configs_add_config_syntax() -> None:
             "may not be equal",
         ),
         (["dump-log"], "onceflow dump-log: error: give --files PATH[,PATH...]"),
+        (["consume"], "onceflow consume: error: give --topic or --include (one of them)"),
+        (
+            ["consume", "--topic", "t", "--include", "t.*"],
+            "onceflow consume: error: give --topic or --include (one of them)",
+        ),
+        (
+            ["consume", "--include", "t.*", "--partition", "0"],
+            "onceflow consume: error: --partition goes with --topic, not --include",
+        ),
         (
             ["configs", "--describe"],
             "onceflow configs: error: give --entity-type topics|brokers (or --topic, --broker)",

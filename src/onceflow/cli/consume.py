@@ -4,7 +4,9 @@ confluent-kafka.
 
 Without `--group` the consumer assigns itself the partitions and commits nothing, so a look
 at a topic leaves no trace on the broker and needs no group coordinator. With `--group` it
-subscribes, and the offsets of the records printed are committed before it exits.
+subscribes, and the offsets of the records printed are committed before it exits. `--include
+REGEX` (Kafka's topics by pattern) always subscribes, with a throwaway group (committing
+nothing) when no `--group` is given, as Kafka's console consumer does.
 The default isolation level is read_uncommitted, like Kafka's console consumer (librdkafka's
 own default is read_committed); pass read_committed to see only committed transactions.
 """
@@ -70,7 +72,14 @@ def register(commands: Any) -> None:
         "--print-partition, --print-offset, --print-timestamp (= --property print.key=true, "
         "...), --key-separator SEP (= --property key.separator=SEP).",
     )
-    parser.add_argument("--topic", required=True, help="the topic to read")
+    parser.add_argument("--topic", help="the topic to read")
+    parser.add_argument(
+        "--include",
+        "--whitelist",
+        metavar="REGEX",
+        help="instead of --topic: every topic the regular expression matches whole "
+        "(a subscription, so through a group: --group's, or a throwaway one)",
+    )
     add_bootstrap_option(parser)
     add_command_config_option(parser)
     parser.add_argument("--consumer.config", dest="command_config", help=argparse.SUPPRESS)
@@ -101,7 +110,12 @@ def register(commands: Any) -> None:
 
 
 def _normalize(args: argparse.Namespace) -> None:
-    """The formatter the properties describe, and its switches as plain attributes."""
+    """What to read, checked as Kafka checks it; the formatter the properties describe, and
+    its switches as plain attributes."""
+    if (args.topic is None) == (args.include is None):
+        raise UsageError("give --topic or --include (one of them)")
+    if args.include is not None and args.partition is not None:
+        raise UsageError("--partition goes with --topic, not --include")
     formatter = RecordFormatter.from_properties(args.tool_properties)
     args.formatter = formatter
     args.print_key, args.print_partition = formatter.print_key, formatter.print_partition
@@ -218,7 +232,7 @@ def _poll_loop(consumer: Any, args: argparse.Namespace) -> int:
         error = message.error()
         if error is not None:
             if error.code() in _FATAL_CONSUME_ERRORS or error.fatal():
-                raise CliError(f"cannot consume {args.topic}: {error.str()}")
+                raise CliError(f"cannot consume {args.topic or args.include}: {error.str()}")
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("%s", error.str())
             continue
@@ -240,7 +254,9 @@ def run_consume(args: argparse.Namespace) -> int:
         raise CliError(f"bad consumer setting: {describe_kafka_error(exc)}") from None
     count = 0
     try:
-        if args.group is not None and args.partition is None:
+        if args.include is not None:  # librdkafka's regex subscription, matching whole names
+            consumer.subscribe([f"^({args.include})$"])
+        elif args.group is not None and args.partition is None:
             consumer.subscribe([args.topic])
         else:
             consumer.assign(_assignment(consumer, args, config["error_cb"]))

@@ -52,8 +52,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "--command-property": "give --producer-property KEY=VALUE",
     },
     "consume": {
-        "--include": "give --topic (one topic)",
-        "--whitelist": "give --topic (one topic)",
         "--formatter": "the default formatter's --property print.* keys are supported",
         "--formatter-config": "give --property KEY=VALUE",
         "--key-deserializer": _DESERIALIZER,
