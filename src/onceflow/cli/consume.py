@@ -1,8 +1,12 @@
-"""`onceflow consume TOPIC`: print records, one per line, through confluent-kafka.
+"""`onceflow consume --topic T`: print records, one per line, as kafka-console-consumer.sh
+prints them (its options; its formatter's properties, see `record_formatter`), through
+confluent-kafka.
 
 Without `--group` the consumer assigns itself the partitions and commits nothing, so a look
 at a topic leaves no trace on the broker and needs no group coordinator. With `--group` it
-subscribes, and the offsets of the records printed are committed before it exits.
+subscribes, and the offsets of the records printed are committed before it exits. `--include
+REGEX` (Kafka's topics by pattern) always subscribes, with a throwaway group (committing
+nothing) when no `--group` is given, as Kafka's console consumer does.
 The default isolation level is read_uncommitted, like Kafka's console consumer (librdkafka's
 own default is read_committed); pass read_committed to see only committed transactions.
 """
@@ -34,11 +38,12 @@ from onceflow.cli.common import (
     add_bootstrap_option,
     client_config,
     describe_kafka_error,
-    key_value,
     non_negative_int,
     positive_int,
     probe_bootstrap,
 )
+from onceflow.cli.console_args import add_property_options, add_tool_alias
+from onceflow.cli.record_formatter import FORMATTER_KEYS, RecordFormatter
 
 __all__ = ["register", "run_consume"]
 
@@ -55,30 +60,37 @@ _FATAL_CONSUME_ERRORS = frozenset(
         KafkaError.TOPIC_EXCEPTION,
     }
 )
-_TIMESTAMP_NAMES = {1: "CreateTime", 2: "LogAppendTime"}
 
 
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "consume",
-        help="print records of a topic",
-        description="Print the records of TOPIC, one per line.",
+        help="print records of a topic (like kafka-console-consumer.sh)",
+        description="Print the records of --topic, one per line, as Kafka's "
+        "kafka-console-consumer.sh does, with its options and formatter properties.",
+        epilog="Also accepted, the older short form: consume TOPIC, --print-key, "
+        "--print-partition, --print-offset, --print-timestamp (= --property print.key=true, "
+        "...), --key-separator SEP (= --property key.separator=SEP).",
     )
-    parser.add_argument("topic", metavar="TOPIC")
+    parser.add_argument("--topic", help="the topic to read")
+    parser.add_argument(
+        "--include",
+        "--whitelist",
+        metavar="REGEX",
+        help="instead of --topic: every topic the regular expression matches whole "
+        "(a subscription, so through a group: --group's, or a throwaway one)",
+    )
     add_bootstrap_option(parser)
     add_command_config_option(parser)
-    parser.add_argument(
-        "--from-beginning", action="store_true", help="start at the earliest offset"
-    )
+    parser.add_argument("--consumer.config", dest="command_config", help=argparse.SUPPRESS)
+    add_property_options(parser, FORMATTER_KEYS, "consumer", "formatter property")
+    parser.add_argument("--group", metavar="G", help="subscribe as group G and commit")
+    parser.add_argument("--partition", type=non_negative_int, help="read only this partition")
     parser.add_argument(
         "--offset", help="with --partition: an offset, 'earliest' or 'latest' (default latest)"
     )
-    parser.add_argument("--partition", type=non_negative_int, help="read only this partition")
-    parser.add_argument("--group", metavar="G", help="subscribe as group G and commit")
     parser.add_argument(
-        "--isolation-level",
-        choices=("read_uncommitted", "read_committed"),
-        default="read_uncommitted",
+        "--from-beginning", action="store_true", help="start at the earliest offset"
     )
     parser.add_argument("--max-messages", type=positive_int, metavar="N", help="stop after N")
     parser.add_argument(
@@ -86,22 +98,29 @@ def register(commands: Any) -> None:
         type=non_negative_int,
         help="stop after this long without a record (counting from the start, group join included)",
     )
-    parser.add_argument("--print-key", action="store_true")
-    parser.add_argument("--print-partition", action="store_true")
-    parser.add_argument("--print-offset", action="store_true")
-    parser.add_argument("--print-timestamp", action="store_true")
     parser.add_argument(
-        "--key-separator", default="\t", metavar="SEP", help="between printed fields (tab)"
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
     )
-    parser.add_argument(
-        "--property",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="consumer (librdkafka) setting; repeatable",
-    )
-    parser.set_defaults(func=run_consume, command_parser=parser)
+    for field in ("key", "partition", "offset", "timestamp"):
+        add_tool_alias(parser, f"--print-{field}", [(f"print.{field}", "true")])
+    add_tool_alias(parser, "--key-separator", [("key.separator", None)])
+    parser.set_defaults(func=run_consume, command_parser=parser, normalize=_normalize)
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    """What to read, checked as Kafka checks it; the formatter the properties describe, and
+    its switches as plain attributes."""
+    if (args.topic is None) == (args.include is None):
+        raise UsageError("give --topic or --include (one of them)")
+    if args.include is not None and args.partition is not None:
+        raise UsageError("--partition goes with --topic, not --include")
+    formatter = RecordFormatter.from_properties(args.tool_properties)
+    args.formatter = formatter
+    args.print_key, args.print_partition = formatter.print_key, formatter.print_partition
+    args.print_offset, args.print_timestamp = formatter.print_offset, formatter.print_timestamp
+    args.key_separator = formatter.key_separator.decode()
 
 
 def _start_offset(args: argparse.Namespace) -> int:
@@ -175,24 +194,6 @@ def _assignment(consumer: Any, args: argparse.Namespace, errors: ConnectionError
     return [TopicPartition(args.topic, pid, offset) for pid in sorted(topic.partitions)]
 
 
-def _format(message: Any, args: argparse.Namespace) -> bytes:
-    separator: bytes = args.key_separator.encode()
-    fields: list[bytes] = []
-    if args.print_timestamp:
-        kind, stamp = message.timestamp()
-        fields.append(f"{_TIMESTAMP_NAMES.get(kind, 'NoTimestamp')}:{stamp}".encode())
-    if args.print_partition:
-        fields.append(f"Partition:{message.partition()}".encode())
-    if args.print_offset:
-        fields.append(f"Offset:{message.offset()}".encode())
-    if args.print_key:
-        key = message.key()
-        fields.append(b"null" if key is None else key)
-    value = message.value()
-    fields.append(b"null" if value is None else value)
-    return separator.join(fields) + b"\n"
-
-
 def _binary_stdout() -> BinaryIO:
     """stdout's byte stream, so payloads are written exactly as stored."""
     sys.stdout.flush()
@@ -214,6 +215,7 @@ def _commit(consumer: Any) -> None:
 def _poll_loop(consumer: Any, args: argparse.Namespace) -> int:
     """Print records until --max-messages or --timeout-ms idle; returns how many."""
     out = _binary_stdout()
+    formatter: RecordFormatter = args.formatter
     idle_limit = None if args.timeout_ms is None else args.timeout_ms / 1000.0
     count = 0
     last = time.monotonic()
@@ -230,11 +232,11 @@ def _poll_loop(consumer: Any, args: argparse.Namespace) -> int:
         error = message.error()
         if error is not None:
             if error.code() in _FATAL_CONSUME_ERRORS or error.fatal():
-                raise CliError(f"cannot consume {args.topic}: {error.str()}")
+                raise CliError(f"cannot consume {args.topic or args.include}: {error.str()}")
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("%s", error.str())
             continue
-        out.write(_format(message, args))
+        out.write(formatter.format(message))
         out.flush()
         count += 1
         last = time.monotonic()
@@ -252,7 +254,9 @@ def run_consume(args: argparse.Namespace) -> int:
         raise CliError(f"bad consumer setting: {describe_kafka_error(exc)}") from None
     count = 0
     try:
-        if args.group is not None and args.partition is None:
+        if args.include is not None:  # librdkafka's regex subscription, matching whole names
+            consumer.subscribe([f"^({args.include})$"])
+        elif args.group is not None and args.partition is None:
             consumer.subscribe([args.topic])
         else:
             consumer.assign(_assignment(consumer, args, config["error_cb"]))

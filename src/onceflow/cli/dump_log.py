@@ -1,4 +1,5 @@
-"""`onceflow dump-log PATH...`: show what a partition's files hold, without a broker.
+"""`onceflow dump-log --files PATH,...` (or PATH...): show what a partition's files hold,
+without a broker.
 
 A storage tool: it reads files in Kafka's layout (`<topic>-<partition>/<base offset>.log` and
 its indexes) through `onceflow.records`, so it works on a stopped or crashed broker's data
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from onceflow.cli.common import CliError
+from onceflow.cli.common import CliError, UsageError
 from onceflow.cli.dumpers import (
     DumpOptions,
     base_offset_of,
@@ -33,14 +34,29 @@ def register(commands: Any) -> None:
             "(.timeindex). A directory stands for all its .log files, in offset order."
         ),
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="a file or partition directory")
+    parser.add_argument(
+        "--files",
+        type=lambda text: [path for path in text.split(",") if path],
+        action="extend",
+        default=[],
+        metavar="PATH[,PATH...]",
+        help="files or partition directories, comma-separated (as kafka-dump-log.sh takes them)",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="the same, as positionals")
     parser.add_argument("--print-data-log", action="store_true", help="print every record too")
     parser.add_argument(
         "--verify-crc",
         action="store_true",
         help="exit 1 if a batch fails its CRC check or a segment ends in a partial batch",
     )
-    parser.set_defaults(func=run_dump_log, command_parser=parser)
+    parser.set_defaults(func=run_dump_log, command_parser=parser, normalize=_normalize)
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    args.paths = [*args.files, *args.paths]
+    del args.files  # merged: either form gives the same request
+    if not args.paths:
+        raise UsageError("give --files PATH[,PATH...]")
 
 
 def _segment_order(path: Path) -> tuple[int, str]:

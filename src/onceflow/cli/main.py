@@ -1,8 +1,10 @@
 """`onceflow ...`: the command line entry point.
 
 Each command family lives in its own module with a `register(subparsers)` that adds its
-parser and sets `func`. This module only builds the parser, sets up logging and turns
-failures into exit codes: user errors (a `CliError`, or the client package's `ClientError`)
+parser, in the syntax of the Kafka tool that does its job, and sets `func` (and `normalize`,
+which `argv.OnceflowParser` runs after parsing; it also rewrites the older short forms
+before). This module only builds the parser, sets up logging and turns failures into exit
+codes: user errors (a `CliError`, or the client package's `ClientError`)
 are one line on stderr and exit 1, usage errors keep argparse's exit 2, and a traceback
 means a bug.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -21,6 +24,7 @@ from onceflow.cli import (
     acls,
     bench,
     cluster,
+    configs,
     console,
     consume,
     delete_records,
@@ -32,6 +36,7 @@ from onceflow.cli import (
     transactions,
     users,
 )
+from onceflow.cli.argv import OnceflowParser
 from onceflow.cli.common import KAFKA_LOG, CliError, UsageError
 from onceflow.client.errors import ClientError
 
@@ -41,14 +46,26 @@ PROG = "onceflow"
 CLIENT_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
+def version() -> str:
+    """The installed package's version (`unknown` when run from a bare source tree)."""
+    try:
+        return importlib.metadata.version("onceflow")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OnceflowParser(
         prog=PROG,
-        description="Onceflow: exactly-once streaming on a Kafka-compatible broker.",
+        description="Onceflow: exactly-once streaming on a Kafka-compatible broker. The "
+        "commands take the options of the Kafka tool that does the same job "
+        "(kafka-topics.sh, kafka-console-producer.sh, ...).",
     )
+    parser.translate_aliases = True
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also show the Kafka client's own log"
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (
         serve,
@@ -62,10 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         transactions,
         acls,
         users,
+        configs,
         bench,
         console,
     ):
         module.register(commands)
+    for command in commands.choices.values():  # as every Kafka tool takes --version
+        command.add_argument("--version", action="version", version=f"{PROG} {version()}")
     return parser
 
 

@@ -1,4 +1,6 @@
-"""`onceflow produce TOPIC`: one record per line of stdin, through confluent-kafka.
+"""`onceflow produce --topic T`: one record per line of stdin, as kafka-console-producer.sh
+sends them (its options; its line reader's properties, see `line_reader`), through
+confluent-kafka.
 
 Lines are read as bytes, so any payload without a newline passes through unchanged. The topic
 is looked up before the first line is read: a missing topic or partition fails at once instead
@@ -20,14 +22,16 @@ from onceflow.cli.command_config import add_command_config_option, security_prop
 from onceflow.cli.common import (
     CliError,
     ConnectionErrors,
+    UsageError,
     add_bootstrap_option,
     client_config,
     describe_kafka_error,
-    key_value,
     non_negative_int,
     positive_int,
     probe_bootstrap,
 )
+from onceflow.cli.console_args import add_client_setting, add_property_options, add_tool_alias
+from onceflow.cli.line_reader import READER_KEYS, LineError, LineReader, Record
 
 __all__ = ["register", "run_produce"]
 
@@ -46,34 +50,61 @@ _FATAL_TOPIC_ERRORS = frozenset(
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "produce",
-        help="send lines from stdin as records",
-        description="Send each line of stdin to TOPIC as one record.",
+        help="send lines from stdin as records (like kafka-console-producer.sh)",
+        description="Send each line of stdin to --topic as one record, as Kafka's "
+        "kafka-console-producer.sh does, with its options and line reader properties.",
+        epilog="Also accepted, the older short form: produce TOPIC, --key-separator SEP "
+        "(= --property parse.key=true --property key.separator=SEP), --acks.",
     )
-    parser.add_argument("topic", metavar="TOPIC")
+    parser.add_argument("--topic", required=True, help="the topic to send to")
     add_bootstrap_option(parser)
+    parser.add_argument("--broker-list", dest="bootstrap_server", help=argparse.SUPPRESS)
     add_command_config_option(parser)
+    parser.add_argument("--producer.config", dest="command_config", help=argparse.SUPPRESS)
+    add_property_options(parser, READER_KEYS, "producer", "line reader property")
     parser.add_argument(
-        "--key-separator",
-        metavar="SEP",
-        help="split each line at the first SEP into key and value (default: no key)",
+        "--request-required-acks",
+        "--acks",
+        dest="acks",
+        choices=sorted(ACKS),
+        help="acknowledgements to wait for (default: librdkafka's, all)",
     )
-    parser.add_argument("--acks", choices=sorted(ACKS), help="acknowledgements to wait for")
     parser.add_argument("--partition", type=non_negative_int, help="default: the partitioner's")
-    parser.add_argument(
-        "--property",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="producer (librdkafka) setting such as linger.ms=5; repeatable",
+    add_client_setting(
+        parser,
+        "--compression-codec",
+        "compression.codec",
+        "compress batches",
+        nargs="?",
+        const="gzip",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
     )
+    for option, setting, text in (
+        ("--batch-size", "batch.num.messages", "records per batch"),
+        ("--timeout", "linger.ms", "how long a record may wait for its batch, ms"),
+        ("--request-timeout-ms", "request.timeout.ms", "how long to wait for an answer"),
+        ("--message-send-max-retries", "retries", "how often to retry a send"),
+        ("--retry-backoff-ms", "retry.backoff.ms", "the wait before a retry"),
+    ):
+        add_client_setting(parser, option, setting, text, type=non_negative_int, metavar="N")
     parser.add_argument(
         "--timeout-ms",
         type=positive_int,
         default=DEFAULT_TIMEOUT_MS,
         help=f"how long to wait for the topic's metadata (default {DEFAULT_TIMEOUT_MS})",
     )
-    parser.set_defaults(func=run_produce, command_parser=parser)
+    add_tool_alias(parser, "--key-separator", [("parse.key", "true"), ("key.separator", None)])
+    parser.set_defaults(func=run_produce, command_parser=parser, normalize=_normalize)
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    """The line reader the properties describe (`key_separator` says whether keys are read)."""
+    try:
+        args.line_reader = LineReader.from_properties(args.tool_properties)
+    except ValueError as exc:
+        raise UsageError(f"--property: {exc}") from None
+    reader = args.line_reader
+    args.key_separator = reader.key_separator.decode() if reader.parse_key else None
 
 
 def _input_lines(stdin: Any) -> Iterator[bytes]:
@@ -122,18 +153,19 @@ class _Deliveries:
 def _produce(
     producer: Any,
     args: argparse.Namespace,
-    key: bytes | None,
-    value: bytes,
+    record: Record,
     line: int,
     deliveries: _Deliveries,
 ) -> None:
-    extra = {} if args.partition is None else {"partition": args.partition}
+    extra: dict[str, Any] = {} if args.partition is None else {"partition": args.partition}
+    if record.headers:
+        extra["headers"] = record.headers
     while True:
         try:
             producer.produce(
                 args.topic,
-                value=value,
-                key=key,
+                value=record.value,
+                key=record.key,
                 on_delivery=lambda err, _msg: deliveries.report(line, err),
                 **extra,
             )
@@ -161,25 +193,19 @@ def run_produce(args: argparse.Namespace) -> int:
     except (KafkaException, ValueError, TypeError) as exc:
         raise CliError(f"bad producer setting: {describe_kafka_error(exc)}") from None
     _check_topic(producer, args, config["error_cb"])
-    separator: bytes | None = args.key_separator.encode() if args.key_separator else None
+    reader: LineReader = args.line_reader
     deliveries = _Deliveries()
     lines = 0
     interrupted = False
     try:
         for lines, line in enumerate(_input_lines(sys.stdin), start=1):
-            key: bytes | None = None
-            value = line
-            if separator is not None:
-                key, found, value = line.partition(separator)
-                if not found:
-                    deliveries.failed += 1
-                    print(
-                        f"onceflow: error: line {lines} has no key separator "
-                        f"{args.key_separator!r}",
-                        file=sys.stderr,
-                    )
-                    continue
-            _produce(producer, args, key, value, lines, deliveries)
+            try:
+                record = reader.read(line)
+            except LineError as exc:
+                deliveries.failed += 1
+                print(f"onceflow: error: line {lines} {exc}", file=sys.stderr)
+                continue
+            _produce(producer, args, record, lines, deliveries)
     except KeyboardInterrupt:
         # Ctrl-C ends the input, not the lines already read: they are still delivered
         # (a second Ctrl-C during the flush abandons them).

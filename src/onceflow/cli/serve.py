@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from onceflow import failpoints
-from onceflow.cli.common import CliError, host_port, key_value, non_negative_int
+from onceflow.cli.common import CliError, UsageError, host_port, key_value, non_negative_int
 from onceflow.config import BrokerConfig, ConfigError, load_broker_config
 
 __all__ = ["build_serve_config", "register", "run_serve", "serve_overrides"]
@@ -34,10 +34,15 @@ NAMED_OPTIONS: tuple[tuple[str, str], ...] = (
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "serve",
-        help="run a broker",
-        description="Run an Onceflow broker until SIGTERM or Ctrl-C.",
+        help="run a broker (like kafka-server-start.sh)",
+        description="Run an Onceflow broker until SIGTERM or Ctrl-C. As with "
+        "kafka-server-start.sh, the properties file may come first and --override sets any "
+        "key; the named options are shorthands for keys.",
     )
-    parser.add_argument("--config", metavar="FILE", help="a Kafka-style server.properties")
+    parser.add_argument(
+        "properties", nargs="?", metavar="server.properties", help="the broker's properties file"
+    )
+    parser.add_argument("--config", metavar="FILE", help="the same, as an option")
     parser.add_argument("--data-dir", metavar="DIR", help="where logs live (log.dirs)")
     parser.add_argument(
         "--listener", type=host_port, metavar="HOST:PORT", help="address to listen on (listeners)"
@@ -57,7 +62,15 @@ def register(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="set any broker key; repeatable",
     )
-    parser.set_defaults(func=run_serve, command_parser=parser)
+    parser.set_defaults(func=run_serve, command_parser=parser, normalize=_normalize)
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    """kafka-server-start.sh's positional properties file is `--config`'s."""
+    if args.properties is not None and args.config not in (None, args.properties):
+        raise UsageError("give the properties file once (positional or --config)")
+    args.config = args.config or args.properties
+    args.properties = None
 
 
 def serve_overrides(args: argparse.Namespace) -> dict[str, str]:

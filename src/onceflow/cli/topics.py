@@ -1,5 +1,5 @@
-"""`onceflow topics create|list|describe|alter|delete`: topic administration over the Kafka
-protocol.
+"""`onceflow topics --create|--list|--describe|--alter|--delete`: topic administration over
+the Kafka protocol, with kafka-topics.sh's options, checks and output.
 
 Only Kafka clients are used (`confluent_kafka.admin.AdminClient`, and Onceflow's own client
 for DescribeLogDirs), never Onceflow's internals, so the same commands manage an Apache Kafka
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -25,7 +24,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewPartitions,
     NewTopic,
 )
-from confluent_kafka.cimpl import CONFIG_SOURCE_DEFAULT_CONFIG
 
 from onceflow.cli.admin import connect_admin
 from onceflow.cli.admin_errors import error_code, error_text
@@ -40,6 +38,13 @@ from onceflow.cli.common import (
     positive_int,
 )
 from onceflow.cli.log_dirs import log_dir_lines
+from onceflow.cli.topic_views import (
+    describe_configs,
+    describe_one,
+    reporting,
+    select_topics,
+    topic_ids,
+)
 from onceflow.client.errors import ClientError
 
 __all__ = ["connect_admin", "register"]
@@ -47,40 +52,66 @@ __all__ = ["connect_admin", "register"]
 DEFAULT_TIMEOUT_MS = 30_000
 
 
+ALIASES = (
+    "Also accepted, the older short form: topics create|list|describe|alter|delete "
+    "[TOPIC ...] (the action as a word, topics as positionals)."
+)
+# option (dest) -> the actions it goes with, as kafka-topics.sh checks them
+_VALID_WITH = {
+    "partitions": ("create", "alter"),
+    "replication_factor": ("create",),
+    "config": ("create", "alter"),
+    "delete_config": ("alter",),
+    "if_not_exists": ("create",),
+    "if_exists": ("alter", "delete", "describe"),
+    "exclude_internal": ("list", "describe"),
+    "all_configs": ("describe",),
+    "under_replicated_partitions": ("describe",),
+    "unavailable_partitions": ("describe",),
+    "under_min_isr_partitions": ("describe",),
+    "at_min_isr_partitions": ("describe",),
+    "topics_with_overrides": ("describe",),
+}
+
+
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "topics", help="create, list, describe and delete topics"
+        "topics",
+        help="create, list, describe, alter and delete topics (like kafka-topics.sh)",
+        description="Create, list, describe, alter or delete topics, as Kafka's "
+        "kafka-topics.sh does: exactly one of --create, --list, --describe, --alter, --delete.",
+        epilog=ALIASES,
     )
-    actions = parser.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    common = argparse.ArgumentParser(add_help=False)
-    add_bootstrap_option(common)
-    add_command_config_option(common)
-    common.add_argument(
-        "--timeout-ms",
-        type=positive_int,
-        default=DEFAULT_TIMEOUT_MS,
-        help=f"how long to wait for the broker (default {DEFAULT_TIMEOUT_MS})",
-    )
-    common.add_argument(
-        "--property",
-        type=key_value,
+    add_bootstrap_option(parser)
+    add_command_config_option(parser)
+    action = parser.add_mutually_exclusive_group(required=True)
+    for name, text in (
+        ("create", "create a topic"),
+        ("list", "list topic names"),
+        ("describe", "show partitions, leaders, replicas, ISR and config overrides"),
+        ("alter", "add partitions, set or delete config overrides"),
+        ("delete", "delete topics"),
+    ):
+        action.add_argument(
+            f"--{name}", dest="topics_command", action="store_const", const=name, help=text
+        )
+    parser.add_argument(
+        "--topic",
+        dest="topics",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="admin client (librdkafka) setting; repeatable",
+        metavar="TOPIC",
+        help="the topic; with --list and --describe also a regular expression; repeatable",
     )
-
-    create = actions.add_parser("create", parents=[common], help="create a topic")
-    create.add_argument("topic")
-    create.add_argument(
-        "--partitions", type=positive_int, help="partition count (default: the broker's)"
+    parser.add_argument(
+        "--partitions", type=positive_int, help="partition count (--create: default the broker's)"
     )
-    create.add_argument(
+    parser.add_argument(
         "--replication-factor",
         type=positive_int,
         help="replicas per partition (default: the broker's default.replication.factor)",
     )
-    create.add_argument(
+    parser.add_argument(
         "--config",
         type=key_value,
         action="append",
@@ -88,55 +119,83 @@ def register(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="topic config such as retention.ms=60000; repeatable",
     )
-    create.add_argument("--if-not-exists", action="store_true", help="succeed if it exists")
-    create.set_defaults(func=run_create, command_parser=create)
-
-    listing = actions.add_parser("list", parents=[common], help="list topic names")
-    listing.add_argument(
-        "--exclude-internal", action="store_true", help="hide topics whose name starts with __"
-    )
-    listing.set_defaults(func=run_list, command_parser=listing)
-
-    describe = actions.add_parser(
-        "describe", parents=[common], help="show partitions, leaders and configs"
-    )
-    describe.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
-    describe.add_argument(
-        "--all-configs", action="store_true", help="show defaults too, not only overrides"
-    )
-    describe.set_defaults(func=run_describe, command_parser=describe)
-
-    alter = actions.add_parser(
-        "alter", parents=[common], help="add partitions, set or delete config overrides"
-    )
-    alter.add_argument("topic")
-    alter.add_argument(
-        "--partitions",
-        type=positive_int,
-        help="the new partition count (only more: keyed records may then map elsewhere)",
-    )
-    alter.add_argument(
-        "--config",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a topic config such as retention.ms=60000; repeatable",
-    )
-    alter.add_argument(
+    parser.add_argument(
         "--delete-config",
         action="append",
         default=[],
         metavar="KEY",
-        help="remove an override (back to the broker's default); repeatable",
+        help="with --alter: remove an override (back to the broker's default); repeatable",
     )
-    alter.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
-    alter.set_defaults(func=run_alter, command_parser=alter)
+    parser.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
+    parser.add_argument("--if-not-exists", action="store_true", help="succeed if it exists")
+    parser.add_argument(
+        "--exclude-internal", action="store_true", help="hide topics whose name starts with __"
+    )
+    parser.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="with --describe: only partitions with fewer in-sync replicas than replicas",
+    )
+    parser.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="with --describe: only partitions without a leader",
+    )
+    parser.add_argument(
+        "--under-min-isr-partitions",
+        action="store_true",
+        help="with --describe: only partitions with fewer in-sync replicas than "
+        "min.insync.replicas (or no leader)",
+    )
+    parser.add_argument(
+        "--at-min-isr-partitions",
+        action="store_true",
+        help="with --describe: only partitions with exactly min.insync.replicas in sync",
+    )
+    parser.add_argument(
+        "--topics-with-overrides",
+        action="store_true",
+        help="with --describe: only topics with config overrides, without their partitions",
+    )
+    parser.add_argument(
+        "--all-configs",
+        action="store_true",
+        help="with --describe: defaults too",
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=DEFAULT_TIMEOUT_MS,
+        help=f"how long to wait for the broker (default {DEFAULT_TIMEOUT_MS})",
+    )
+    parser.add_argument(
+        "--property",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="admin client (librdkafka) setting; repeatable",
+    )
+    parser.set_defaults(normalize=_normalize, command_parser=parser)
 
-    delete = actions.add_parser("delete", parents=[common], help="delete topics")
-    delete.add_argument("topics", nargs="+", metavar="TOPIC")
-    delete.add_argument("--if-exists", action="store_true", help="succeed if it does not exist")
-    delete.set_defaults(func=run_delete, command_parser=delete)
+
+def _normalize(args: argparse.Namespace) -> None:
+    """Check the options against the action, as kafka-topics.sh does, and pick the runner."""
+    action = args.topics_command
+    for dest, actions in _VALID_WITH.items():
+        if getattr(args, dest) not in (None, False, []) and action not in actions:
+            option = "--" + dest.replace("_", "-")
+            allowed = " or ".join(f"--{a}" for a in actions)
+            raise UsageError(f"{option} goes with {allowed}, not --{action}")
+    names = args.topics
+    if action in ("create", "alter") and len(names) != 1:
+        raise UsageError(f"--{action} needs one --topic")
+    if action == "delete" and not names:
+        raise UsageError("--delete needs --topic")
+    if reporting(args) and args.topics_with_overrides:
+        raise UsageError("--topics-with-overrides shows no partitions to report on")
+    args.topic = names[0] if names else None
+    args.func = _RUNNERS[action]
 
 
 def _timeout_s(args: argparse.Namespace) -> float:
@@ -180,9 +239,9 @@ def run_create(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     metadata = _metadata(connect_admin(args), args)
-    for name in sorted(metadata.topics):
-        if not (args.exclude_internal and name.startswith("__")):
-            print(name)
+    names, _ = select_topics(metadata.topics, args.topics, args.exclude_internal)
+    for name in names:
+        print(name)
     return 0
 
 
@@ -249,71 +308,12 @@ def run_delete(args: argparse.Namespace) -> int:
     return status
 
 
-def _describe_configs(
-    admin: Any, names: list[str], args: argparse.Namespace
-) -> dict[str, list[Any] | str]:
-    """Each topic's config entries, or the text of the error that kept them from us."""
-    if not names:
-        return {}
-    resources = [ConfigResource("topic", name) for name in names]
-    futures = admin.describe_configs(resources, request_timeout=_timeout_s(args))
-    configs: dict[str, list[Any] | str] = {}
-    for resource, future in futures.items():
-        try:
-            entries = future.result()
-        except KafkaException as exc:
-            configs[resource.name] = describe_kafka_error(exc)
-            continue
-        configs[resource.name] = [entries[key] for key in sorted(entries)]
-    return configs
-
-
-def _render_configs(entries: Iterable[Any], show_all: bool) -> str:
-    """`key=value,...`: only overrides unless `show_all`; secrets are never printed."""
-    shown = []
-    for entry in entries:
-        # librdkafka hands the source over as a plain int; the Python class as an enum.
-        source = getattr(entry.source, "value", entry.source)
-        if not show_all and (entry.is_default or source == CONFIG_SOURCE_DEFAULT_CONFIG):
-            continue
-        value = "(sensitive)" if entry.is_sensitive else entry.value
-        shown.append(f"{entry.name}={'' if value is None else value}")
-    return ",".join(shown)
-
-
-def _node(node_id: int) -> str:
-    return "none" if node_id < 0 else str(node_id)
-
-
-def _describe_one(name: str, topic: Any, configs: list[Any] | str, show_all: bool) -> None:
-    partitions = [topic.partitions[pid] for pid in sorted(topic.partitions)]
-    replication = len(partitions[0].replicas) if partitions else 0
-    if isinstance(configs, str):
-        rendered = f"(unavailable: {configs})"
-    else:
-        rendered = _render_configs(configs, show_all)
-    print(
-        f"Topic: {name}\tPartitionCount: {len(partitions)}\t"
-        f"ReplicationFactor: {replication}\tConfigs: {rendered}"
-    )
-    for partition in partitions:
-        line = (
-            f"\tTopic: {name}\tPartition: {partition.id}\tLeader: {_node(partition.leader)}"
-            f"\tReplicas: {','.join(map(str, partition.replicas))}"
-            f"\tIsr: {','.join(map(str, partition.isrs))}"
-        )
-        if partition.error is not None:
-            line += f"\tError: {partition.error.str()}"
-        print(line)
-
-
 def run_describe(args: argparse.Namespace) -> int:
     admin = connect_admin(args)
     metadata = _metadata(admin, args)
-    names = list(args.topics) or sorted(metadata.topics)
-    missing = [name for name in names if name not in metadata.topics]
-    found = [name for name in names if name in metadata.topics]
-    configs = _describe_configs(admin, found, args)
+    found, missing = select_topics(metadata.topics, args.topics, args.exclude_internal)
+    configs = describe_configs(admin, found, args)
+    ids = topic_ids(admin, found, args)
     status = 0
     for name in found:
         topic = metadata.topics[name]
@@ -322,15 +322,17 @@ def run_describe(args: argparse.Namespace) -> int:
             status = 1
             continue
         topic_configs = configs.get(name, "no answer from the broker")
-        _describe_one(name, topic, topic_configs, args.all_configs)
+        describe_one(name, topic, topic_configs, ids.get(name), args)
         if isinstance(topic_configs, str):
             print(
                 f"onceflow: error: cannot describe configs of {name}: {topic_configs}",
                 file=sys.stderr,
             )
             status = 1
-    if missing:
+    if missing and not args.if_exists:
         raise CliError(f"no such topic: {', '.join(missing)}")
+    if reporting(args) or args.topics_with_overrides:
+        return status
     # Where the partitions live, and whether the brokers still accept writes there.
     try:
         security = wire_security(args)
@@ -340,3 +342,12 @@ def run_describe(args: argparse.Namespace) -> int:
     for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args), security):
         print(line)
     return status
+
+
+_RUNNERS = {
+    "create": run_create,
+    "list": run_list,
+    "describe": run_describe,
+    "alter": run_alter,
+    "delete": run_delete,
+}

@@ -58,12 +58,13 @@ def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "users",
         help="add, delete and describe SCRAM credentials (like kafka-configs.sh)",
-        description="Add, delete and describe users' SCRAM credentials, with "
-        "kafka-configs.sh's options or the friendly add, delete and list.",
-        epilog="kafka-configs.sh form: --alter/--describe with --entity-name (or --user), "
-        "--add-config, --add-config-file, --delete-config. Friendly form: add|delete|list.",
+        description="Add, delete and describe users' SCRAM credentials with kafka-configs.sh's "
+        "options: --alter or --describe, --entity-type users, --entity-name (or --user), "
+        "--add-config, --add-config-file, --delete-config.",
+        epilog="Also accepted, the short form: users add|delete|list USER ... (add reads the "
+        "password from --password-file or the terminal).",
     )
-    parser.add_argument("action", nargs="?", choices=ACTIONS, help="the friendly form")
+    parser.add_argument("action", nargs="?", choices=ACTIONS, help="the short form")
     parser.add_argument("names", nargs="*", metavar="USER", help="user name(s)")
     add_bootstrap_option(parser)
     add_command_config_option(parser)
