@@ -1,4 +1,4 @@
-"""`onceflow transactions list|describe|describe-producers|find-hanging|abort` (KIP-664).
+"""`onceflow transactions list|describe|describe-producers|find-hanging|abort|complete`.
 
 The same jobs as Kafka's `kafka-transactions.sh`, over the Kafka protocol only, so they work
 against an Apache Kafka cluster as well as Onceflow. confluent-kafka has none of these APIs:
@@ -7,7 +7,8 @@ arguments and prints Kafka's tables.
 
 `find-hanging` finds transactions no coordinator will end (see txn_admin) and `abort` ends
 one with an ABORT marker. Aborting a transaction that is *not* hanging breaks its
-atomicity: check first.
+atomicity: check first. `list --two-phase` and `complete` find and resolve prepared
+two-phase commit transactions (KIP-939; see prepared_txns).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from onceflow.cli.common import (
     positive_int,
 )
 from onceflow.cli.kafka_wire import wire_cluster
+from onceflow.cli.prepared_txns import describe_note, register_complete, run_list_two_phase
 from onceflow.client.blocking import Connection
 from onceflow.client.cluster import Cluster
 from onceflow.client.errors import InvalidArgument
@@ -91,6 +93,12 @@ def register(commands: Any) -> None:
         help="only transactional ids this regular expression (RE2 syntax) matches whole "
         "(needs ListTransactions v2)",
     )
+    listing.add_argument(
+        "--two-phase",
+        action="store_true",
+        help="only open two-phase commit transactions (KIP-939), oldest first, with their "
+        "age: no timeout ends them, so a forgotten one holds its partitions' LSO",
+    )
     listing.set_defaults(func=run_list, command_parser=listing)
 
     describe = actions.add_parser(
@@ -143,6 +151,7 @@ def register(commands: Any) -> None:
     abort.add_argument("--producer-epoch", type=non_negative_int, help="with --producer-id")
     abort.add_argument("--coordinator-epoch", type=int, help="with --producer-id")
     abort.set_defaults(func=run_abort, command_parser=abort)
+    register_complete(actions, common)
 
 
 # ---- shared ----------------------------------------------------------------------------
@@ -172,6 +181,9 @@ def _or_none(value: int) -> object:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    if args.two_phase:
+        with _cluster(args) as cluster:
+            return run_list_two_phase(cluster, _print_table)
     with _cluster(args) as cluster:
         rows = []
         for node in cluster.brokers():
@@ -245,6 +257,7 @@ def run_describe(args: argparse.Namespace) -> int:
             )
         ],
     )
+    describe_note(millis(state.transaction_timeout), state.transaction_state, duration)
     return 0
 
 

@@ -83,13 +83,14 @@ def _headers(headers: HeadersArg) -> tuple[Header, ...]:
 
 def complete(
     prepared: PreparedTransaction, commit: bool, bootstrap_servers: str, **settings: Any
-) -> None:
-    """Commit or abort a prepared transaction, from any process.
+) -> bool:
+    """Commit or abort a prepared transaction, from any process; whether it was ended here.
 
     A new instance of the id inits with keepPreparedTxn, which fences the preparing one
     and reports the open transaction. If that is `prepared`, it is ended at the new epoch.
     If not (it was completed already, or a newer instance aborted it), a commit raises
-    StalePreparedTransaction and an abort does nothing, as Kafka's completeTransaction.
+    StalePreparedTransaction and an abort does nothing (False), as Kafka's
+    completeTransaction.
     """
     options = ProducerSettings.of(settings)
     link = Link(bootstrap_servers, options)
@@ -106,7 +107,7 @@ def complete(
                     f"{prepared.producer_id} epoch {prepared.producer_epoch}: the open "
                     f"transaction is {held} (completed already, or aborted by a newer instance)"
                 )
-            return
+            return False
         end_txn(
             link,
             prepared.transactional_id,
@@ -114,6 +115,7 @@ def complete(
             commit,
             options.delivery_timeout_ms / 1000,
         )
+        return True
     finally:
         link.close()
 
