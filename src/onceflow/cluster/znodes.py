@@ -98,6 +98,7 @@ class BrokerRegistration:
     timestamp_ms: int
     #: (listener name, security protocol, host, port) of every advertised listener.
     endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    rack: str | None = None  # broker.rack, Kafka's "rack" field
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised address of a listener, or the inter-broker one."""
@@ -118,6 +119,7 @@ class BrokerRegistration:
                 "endpoints": [f"{name}://{_bracket(h)}:{p}" for name, _, h, p in endpoints],
                 "listener_security_protocol_map": {name: sp for name, sp, _, _ in endpoints},
                 "features": {},
+                **({} if self.rack is None else {"rack": self.rack}),
             }
         )
 
@@ -138,6 +140,7 @@ class BrokerRegistration:
                 int(value["port"]),
                 int(value["timestamp"]),
                 tuple(endpoints),
+                None if value.get("rack") is None else str(value["rack"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc

@@ -128,6 +128,10 @@ class Topology(Protocol):
         """(id, host, port) of every live broker on `listener`, by id."""
         ...
 
+    def racks(self) -> dict[int, str | None]:
+        """Each live broker's `broker.rack` (None: none), for Metadata and replica placement."""
+        ...
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         """A live broker's address on `listener`; None when it is not alive."""
         ...

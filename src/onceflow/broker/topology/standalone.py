@@ -154,6 +154,9 @@ class StandaloneTopology:
         advertised = self._config().advertised_listener_for(listener)
         return [(self.node_id, advertised.host, advertised.port)]
 
+    def racks(self) -> dict[int, str | None]:
+        return {self.node_id: self._config().broker_rack or None}
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         if node != self.node_id:
             return None

@@ -112,6 +112,7 @@ class ZkTopology:
                 (ad.name, config.security_protocol(ad.name), ad.host, ad.port)
                 for ad in config.effective_advertised_listeners()
             ),
+            config.broker_rack or None,
         )
         self.link = ClusterLink(store, registration, asyncio.get_running_loop())
         self.replicas = ReplicaManager(
@@ -292,6 +293,9 @@ class ZkTopology:
     def nodes(self, listener: str) -> list[tuple[int, str, int]]:
         return sorted((b, *r.endpoint(listener)) for b, r in self.cache.brokers.items())
 
+    def racks(self) -> dict[int, str | None]:
+        return {b: r.rack for b, r in self.cache.brokers.items()}
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         registration = self.cache.brokers.get(node)
         return None if registration is None else registration.endpoint(listener)
@@ -414,7 +418,7 @@ class ZkTopology:
         bounded, until this broker sees every partition led."""
         live = sorted(self.cache.brokers)
         if assignment is None:
-            assignment = assign_replicas(partitions, replication_factor, live)
+            assignment = assign_replicas(partitions, replication_factor, live, racks=self.racks())
         topic_id = str(uuid.uuid4())
         try:
             await asyncio.to_thread(
@@ -456,7 +460,11 @@ class ZkTopology:
         factor = len(current[0])
         if new is None:
             added = assign_replicas(
-                total - len(current), factor, sorted(self.cache.brokers), len(current)
+                total - len(current),
+                factor,
+                sorted(self.cache.brokers),
+                len(current),
+                racks=self.racks(),
             )
         else:
             if len(new) != total - len(current):
