@@ -26,6 +26,7 @@ from onceflow.cli import (
     delete_records,
     dump_log,
     groups,
+    leader_election,
     produce,
     serve,
     topics,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         transactions,
         acls,
         users,
+        leader_election,
         bench,
         console,
     ):
