@@ -1,8 +1,8 @@
 """The topology seam's contract: a single broker and a one-broker ZooKeeper cluster answer
-the broker's questions alike (nodes, controller, topics and their ids, partitions and
-their leaders, topic creation, more partitions, config changes, deletion, the coordinator
-of a key, and what an acks=all write waits for). Each case runs a Broker in this process,
-the ZooKeeper one against a real ZooKeeper server (Debian's package)."""
+the broker's questions alike (nodes and their racks, controller, topics and their ids,
+partitions and their leaders, topic creation, more partitions, config changes, deletion, the
+coordinator of a key, what an acks=all write waits for, elections). Each case runs a Broker in
+this process, the ZooKeeper one against a real ZooKeeper server (Debian's package)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def make_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], 
         "offsets.topic.num.partitions": "2",
         "transaction.state.log.num.partitions": "2",
         "onceflow.fsync.on.ack": "true",
+        "broker.rack": "r1",
     }
     if request.param == "zookeeper":
         ensemble: ZooKeeperEnsemble = request.getfixturevalue("zk")
@@ -90,6 +91,7 @@ def test_one_broker_is_the_whole_cluster(make_broker: Callable[[], Broker]) -> N
         assert topology.nodes(LISTENER) == [(me, "127.0.0.1", port)]
         assert topology.endpoint(me, LISTENER) == ("127.0.0.1", port)
         assert topology.endpoint(me + 1, LISTENER) is None
+        assert topology.racks() == {me: "r1"}
         await eventually(lambda: topology.controller_id() == me, "this broker is controller")
         assert topology.alive_brokers() == frozenset({me})
         summary = topology.replication_summary()
@@ -242,3 +244,24 @@ def test_alone_the_internal_leader_epoch_grows_at_every_start(tmp_path: Path) ->
     for _ in range(3):
         run(lambda: Broker(config), body)
     assert epochs == [0, 1, 2]
+
+
+def test_with_one_replica_no_election_is_needed(make_broker: Callable[[], Broker]) -> None:
+    async def body(broker: Broker) -> None:
+        topology = broker.topology
+        await broker.create_topic("votes", 2, {})
+        await eventually(lambda: topology.partition_view("votes", 1).leader >= 0, "leaders")
+        for kind in (0, 1):  # PREFERRED, UNCLEAN
+            asked = [("votes", 0), ("votes", 1), ("votes", 2), ("nothing", 0)]
+            results = await topology.elect_leaders(kind, asked, 5000)
+            assert [results[tp][0] for tp in asked] == [
+                ErrorCode.election_not_needed,
+                ErrorCode.election_not_needed,
+                ErrorCode.unknown_topic_or_partition,
+                ErrorCode.unknown_topic_or_partition,
+            ]
+            every = await topology.elect_leaders(kind, None, 5000)
+            assert ("votes", 1) in every
+            assert {code for code, _ in every.values()} == {ErrorCode.election_not_needed}
+
+    run(make_broker, body)

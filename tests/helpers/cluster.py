@@ -63,7 +63,8 @@ class ClusterBroker(BrokerProcess):
 
     def __init__(self, cluster: Cluster, broker_id: int, port: int) -> None:
         data_dir = cluster.root / f"broker-{broker_id}"
-        super().__init__(data_dir, {**cluster.overrides, "node.id": str(broker_id)}, port)
+        own = cluster.broker_overrides.get(broker_id, {})
+        super().__init__(data_dir, {**cluster.overrides, **own, "node.id": str(broker_id)}, port)
         self.cluster = cluster
         self.broker_id = broker_id
 
@@ -79,7 +80,8 @@ class ClusterBroker(BrokerProcess):
 
 
 class Cluster:
-    """ZooKeeper (`zookeepers` servers) and brokers 1..`brokers`, all in `root`."""
+    """ZooKeeper (`zookeepers` servers) and brokers 1..`brokers`, all in `root`;
+    `broker_overrides` adds keys of one broker's own (its `broker.rack`, say) by id."""
 
     def __init__(
         self,
@@ -88,10 +90,12 @@ class Cluster:
         *,
         zookeepers: int = 1,
         overrides: Mapping[str, str] | None = None,
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster has at least one broker, not {brokers}")
         self.root = Path(root)
+        self.broker_overrides = dict(broker_overrides or {})
         self.zookeeper = ZooKeeperEnsemble(self.root / "zookeeper", zookeepers)
         self.overrides: dict[str, str] = {
             **replication_overrides(brokers),
@@ -303,6 +307,7 @@ def cluster_fixture(
     *,
     zookeepers: int = 1,
     overrides: Mapping[str, str] | None = None,
+    broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     scope: str = "function",
     check_errors: bool = True,
 ) -> Any:
@@ -319,6 +324,7 @@ def cluster_fixture(
             brokers,
             zookeepers=zookeepers,
             overrides=overrides,
+            broker_overrides=broker_overrides,
         )
         cluster.start()
         try:
@@ -341,6 +347,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         *,
         zookeepers: int = 1,
         overrides: Mapping[str, str] | None = None,
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
         start: bool = True,
         check_errors: bool = True,
     ) -> Cluster:
@@ -349,6 +356,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             brokers,
             zookeepers=zookeepers,
             overrides=overrides,
+            broker_overrides=broker_overrides,
         )
         made.append((cluster, check_errors))
         return cluster.start() if start else cluster

@@ -8,7 +8,12 @@ from collections import Counter
 import pytest
 
 from onceflow.cluster.assignment import assign_replicas
-from onceflow.cluster.elections import plan_elections, plan_preferred_leaders
+from onceflow.cluster.elections import (
+    ElectionType,
+    plan_elections,
+    plan_preferred_leaders,
+    plan_requested_election,
+)
 from onceflow.cluster.metadata import MetadataCache, TopicMetadata, VersionedState
 from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState
 from onceflow.errors import ErrorCode, KafkaError
@@ -107,3 +112,47 @@ def test_preferred_leaders_return_past_the_imbalance_threshold() -> None:
     c.states[("t", 0)] = VersionedState(PartitionState(2, 3, (2, 3), 1), 4)
     moves = plan_preferred_leaders(c, 1, imbalance_percent=10)
     assert 0 not in {m.partition for m in moves}  # out of sync: not yet
+
+
+# (election type, alive, state (leader, isr) or None, replicas (1, 2, 3)) ->
+# (error, new leader, new ISR)
+PREFERRED, UNCLEAN = ElectionType.PREFERRED, ElectionType.UNCLEAN
+NONE, NOT_NEEDED = ErrorCode.none, ErrorCode.election_not_needed
+REQUESTED = [
+    (PREFERRED, {1, 2, 3}, (1, (1, 2, 3)), NOT_NEEDED, None, None),
+    (PREFERRED, {1, 2, 3}, (2, (1, 2, 3)), NONE, 1, (1, 2, 3)),
+    (PREFERRED, {1, 2, 3}, (2, (2, 3)), ErrorCode.preferred_leader_not_available, None, None),
+    (PREFERRED, {2, 3}, (2, (1, 2, 3)), ErrorCode.preferred_leader_not_available, None, None),
+    (PREFERRED, {1, 2, 3}, None, ErrorCode.preferred_leader_not_available, None, None),
+    (UNCLEAN, {1, 2, 3}, (2, (2,)), NOT_NEEDED, None, None),
+    (UNCLEAN, {2, 3}, (1, (1, 3)), NONE, 3, (3,)),  # a clean leader first
+    (UNCLEAN, {2, 3}, (NO_LEADER, (1,)), NONE, 2, (2,)),  # outside the ISR, alone
+    (UNCLEAN, set(), (NO_LEADER, (1,)), ErrorCode.eligible_leaders_not_available, None, None),
+]
+
+
+@pytest.mark.parametrize(("kind", "alive", "state", "error", "leader", "isr"), REQUESTED)
+def test_requested_elections(
+    kind: ElectionType,
+    alive: set[int],
+    state: tuple[int, tuple[int, ...]] | None,
+    error: ErrorCode,
+    leader: int | None,
+    isr: tuple[int, ...] | None,
+) -> None:
+    current = None if state is None else PartitionState(state[0], 5, state[1], 1)
+    planned = plan_requested_election(cache(alive, {0: current}), 9, kind, "t", 0)
+    assert planned.error is error
+    if leader is None:
+        assert planned.change is None
+    else:
+        assert planned.change is not None
+        assert planned.change.state == PartitionState(leader, 6, isr or (), 9)
+        assert planned.change.expected_version == 4
+
+
+def test_a_requested_election_of_an_unknown_partition() -> None:
+    planned = plan_requested_election(cache({1}, {0: None}), 9, PREFERRED, "t", 7)
+    assert planned.error is ErrorCode.unknown_topic_or_partition
+    planned = plan_requested_election(cache({1}, {0: None}), 9, UNCLEAN, "nope", 0)
+    assert planned.error is ErrorCode.unknown_topic_or_partition

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -31,6 +32,10 @@ def test_values_round_trip_in_kafkas_json() -> None:
     assert BrokerRegistration.decode(3, bare.encode()).endpoint("PLAINTEXT") == ("h", 9093)
     assert json.loads(reg.encode())["endpoints"] == ["PLAINTEXT://h:9093", "EXT://[::1]:9094"]
     assert json.loads(reg.encode())["listener_security_protocol_map"]["EXT"] == "SASL_SSL"
+    assert "rack" not in json.loads(reg.encode())
+    racked = dataclasses.replace(reg, rack="r1")  # broker.rack, Kafka's "rack"
+    assert json.loads(racked.encode())["rack"] == "r1"
+    assert BrokerRegistration.decode(3, racked.encode()) == racked
     state = PartitionState(2, 7, (2, 3), 4)
     path = partition_state_path("t", 0)
     assert path == "/brokers/topics/t/partitions/0/state"

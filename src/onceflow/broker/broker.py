@@ -383,6 +383,9 @@ class Broker:
         (the one a client came in on; default: the inter-broker listener)."""
         return self.topology.nodes(listener or self.config.inter_broker_listener().name)
 
+    def racks(self) -> dict[int, str | None]:
+        return self.topology.racks()
+
     def controller_id(self) -> int:
         return self.topology.controller_id()
 

@@ -30,6 +30,7 @@ from onceflow.cli import (
     delete_records,
     dump_log,
     groups,
+    leader_election,
     produce,
     serve,
     topics,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         acls,
         users,
         configs,
+        leader_election,
         bench,
         console,
     ):

@@ -63,6 +63,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 0),  # the controller's id, for ElectLeaders
+    ApiKey.ELECT_LEADERS: (0, 2),
     SASL_HANDSHAKE: (SASL_HANDSHAKE_VERSION, SASL_HANDSHAKE_VERSION),
     SASL_AUTHENTICATE: (0, SASL_AUTHENTICATE_MAX_VERSION),
 }

@@ -7,6 +7,11 @@ whose leader died or is shutting down, dead followers out of the ISR. Every writ
 compare-and-set fenced by the controller epoch, so a controller that was paused and lost
 its session learns it is fenced at its first write and resigns. A write that loses a
 compare-and-set is dropped: the watch that brings the newer state triggers a new pass.
+
+ElectLeaders requests reach it as znodes under /onceflow/elect_leaders (any broker writes
+one; see ZkTopology.elect_leaders): in a pass with nothing else to change, it decides each
+partition again on its own cache (`plan_requested_election`), writes the new leaders and
+deletes the request. The requesting broker waits for the new leaders in its cache.
 """
 
 from __future__ import annotations
@@ -18,7 +23,13 @@ from dataclasses import dataclass
 from kazoo.exceptions import KazooException
 
 from onceflow.clock import Clock
-from onceflow.cluster.elections import StateChange, plan_elections, plan_preferred_leaders
+from onceflow.cluster.elections import (
+    ElectionType,
+    StateChange,
+    plan_elections,
+    plan_preferred_leaders,
+    plan_requested_election,
+)
 from onceflow.cluster.link import ClusterLink, MetadataChange
 from onceflow.cluster.zk_store import ControllerFenced, Election, MetadataStoreError, StaleVersion
 
@@ -45,6 +56,7 @@ class Controller:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rebalance: asyncio.Task[None] | None = None
+        self._requests_done: set[str] = set()  # election requests acted on, until deleted
         link.listeners.append(self._changed)
 
     @property
@@ -108,6 +120,38 @@ class Controller:
             self.election = election
         changes = plan_elections(cache, self.election.epoch, self.settings.unclean_leader_election)
         await self._write(changes)
+        if not changes:  # requests see the states this pass would have written
+            await self._requested_elections()
+
+    async def _requested_elections(self) -> None:
+        """Act on the pending ElectLeaders requests, then delete them."""
+        cache = self.link.cache
+        pending = sorted(set(cache.election_requests) - self._requests_done)
+        self._requests_done &= set(cache.election_requests)
+        if not pending or self.election is None:
+            return
+        changes: dict[tuple[str, int], StateChange] = {}
+        for name in pending:
+            request = cache.election_requests[name]
+            try:
+                kind = ElectionType(request.election_type)
+            except ValueError:
+                log.warning(
+                    "controller: ignoring election request %s of type %d",
+                    name,
+                    request.election_type,
+                )
+                continue
+            for topic, partition in request.partitions:
+                planned = plan_requested_election(
+                    cache, self.election.epoch, kind, topic, partition
+                )
+                if planned.change is not None:
+                    changes.setdefault((topic, partition), planned.change)
+        await self._write(list(changes.values()))
+        for name in pending:
+            self._requests_done.add(name)
+            await asyncio.to_thread(self.link.store.finish_election, name)
 
     async def _write(self, changes: list[StateChange]) -> None:
         election = self.election

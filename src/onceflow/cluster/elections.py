@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from enum import IntEnum
 
 from onceflow.cluster.metadata import MetadataCache
 from onceflow.cluster.znodes import NO_LEADER, PartitionState
+from onceflow.errors import ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +96,84 @@ def plan_preferred_leaders(
         if len(moves) * 100 > imbalance_percent * preferred_of[broker]:
             changes.extend(moves)
     return changes
+
+
+class ElectionType(IntEnum):
+    """ElectLeaders' election types (Kafka's codes)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedElection:
+    """One partition's answer to ElectLeaders: NONE with the change to write (its new
+    leader), or Kafka's error for it."""
+
+    error: ErrorCode
+    message: str | None = None
+    change: StateChange | None = None
+
+
+def plan_requested_election(
+    cache: MetadataCache,
+    controller_epoch: int,
+    election_type: ElectionType,
+    topic: str,
+    partition: int,
+) -> RequestedElection:
+    """What an ElectLeaders request does to one partition, as Kafka's ZooKeeper-era
+    controller decides it.
+
+    | type      | the partition now                         | answer                          |
+    |-----------|-------------------------------------------|---------------------------------|
+    | any       | unknown                                   | UNKNOWN_TOPIC_OR_PARTITION      |
+    | PREFERRED | led by its first replica                  | ELECTION_NOT_NEEDED             |
+    | PREFERRED | first replica alive and in the ISR        | it leads (ISR kept)             |
+    | PREFERRED | otherwise                                 | PREFERRED_LEADER_NOT_AVAILABLE  |
+    | UNCLEAN   | led by a live broker                      | ELECTION_NOT_NEEDED             |
+    | UNCLEAN   | a live ISR member                         | the first of them leads         |
+    | UNCLEAN   | a live replica outside the ISR            | the first of them leads, alone  |
+    | UNCLEAN   | no live replica                           | ELIGIBLE_LEADERS_NOT_AVAILABLE  |
+    """
+    replicas = cache.replicas_of(topic, partition)
+    if not replicas:
+        return RequestedElection(
+            ErrorCode.unknown_topic_or_partition, "The partition does not exist."
+        )
+    usable = set(cache.brokers) - cache.shutting_down
+    current = cache.states.get((topic, partition))
+    name = f"{topic}-{partition}"
+    if election_type is ElectionType.PREFERRED:
+        preferred = replicas[0]
+        if current is not None and current.state.leader == preferred:
+            return RequestedElection(ErrorCode.election_not_needed)
+        if current is None or preferred not in usable or preferred not in current.state.isr:
+            return RequestedElection(
+                ErrorCode.preferred_leader_not_available,
+                f"Failed to elect leader for partition {name} under strategy "
+                "PreferredReplicaPartitionLeaderElectionStrategy",
+            )
+        leader, isr, reason = preferred, current.state.isr, "preferred election requested"
+    else:
+        if current is not None and current.state.leader in usable:
+            return RequestedElection(ErrorCode.election_not_needed)
+        in_sync = [] if current is None else [r for r in replicas if r in current.state.isr]
+        clean = [r for r in in_sync if r in usable]
+        live = [r for r in replicas if r in usable]
+        if current is None or not live:
+            return RequestedElection(
+                ErrorCode.eligible_leaders_not_available,
+                f"Failed to elect leader for partition {name} under strategy "
+                "UncleanLeaderElectionStrategy",
+            )
+        if clean:
+            leader, isr = clean[0], tuple(r for r in current.state.isr if r in usable)
+            reason = "leader gone (election requested)"
+        else:
+            leader, isr, reason = live[0], (live[0],), "unclean election requested"
+    old = current.state
+    state = PartitionState(leader, old.leader_epoch + 1, isr, controller_epoch)
+    return RequestedElection(
+        ErrorCode.none, change=StateChange(topic, partition, state, current.version, reason)
+    )

@@ -24,10 +24,12 @@ from onceflow.cluster.zk_store import ZkMetadataStore
 from onceflow.cluster.znodes import (
     BROKER_IDS,
     CONTROLLER,
+    ELECT_LEADERS,
     SHUTTING_DOWN,
     TOPICS,
     BrokerRegistration,
     CorruptZnode,
+    ElectionRequest,
     PartitionState,
     decode_assignment,
     decode_controller,
@@ -43,8 +45,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class MetadataChange:
     """What changed: "brokers", "controller", "topic" (assignment, configs or deletion),
-    "configs" (a topic's config overrides alone), "partition" (a partition's state) or
-    "session" (lost, then renewed)."""
+    "configs" (a topic's config overrides alone), "partition" (a partition's state),
+    "elections" (ElectLeaders requests for the controller) or "session" (lost, then
+    renewed)."""
 
     kind: str
     topic: str = ""
@@ -84,6 +87,7 @@ class ClusterLink:
         self.store.watch_children(SHUTTING_DOWN, self._shutting_down_changed)
         self.store.watch_data(CONTROLLER, self._controller_changed)
         self.store.watch_children(TOPICS, self._topics_changed)
+        self.store.watch_children(ELECT_LEADERS, self._elections_changed)
 
     def close(self) -> None:
         if not self._closed:
@@ -124,6 +128,23 @@ class ClusterLink:
         def apply() -> MetadataChange:
             self.cache.shutting_down = ids
             return MetadataChange("brokers")
+
+        self._post(apply)
+
+    def _elections_changed(self, children: list[str]) -> None:
+        requests: dict[str, ElectionRequest] = {}
+        for name in children:
+            path = f"{ELECT_LEADERS}/{name}"
+            try:
+                found = self.store.read(path)
+                if found is not None:
+                    requests[name] = ElectionRequest.decode(path, found[0])
+            except CorruptZnode as exc:
+                log.warning("ignoring election request %s: %s", name, exc)
+
+        def apply() -> MetadataChange:
+            self.cache.election_requests = requests
+            return MetadataChange("elections")
 
         self._post(apply)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState
+from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, ElectionRequest, PartitionState
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,8 @@ class MetadataCache:
     controller_id: int | None = None
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     states: dict[tuple[str, int], VersionedState] = field(default_factory=dict)
+    #: ElectLeaders requests waiting for the controller, by znode name.
+    election_requests: dict[str, ElectionRequest] = field(default_factory=dict)
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The partition's leader if it is alive; NO_LEADER otherwise."""

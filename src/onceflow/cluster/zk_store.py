@@ -31,10 +31,12 @@ from onceflow.cluster.znodes import (
     CLUSTER_ID,
     CONTROLLER,
     CONTROLLER_EPOCH,
+    ELECT_LEADERS,
     PERSISTENT_PATHS,
     PRODUCER_ID_BLOCK,
     TOPICS,
     BrokerRegistration,
+    ElectionRequest,
     PartitionState,
     ProducerIdBlock,
     broker_path,
@@ -236,6 +238,19 @@ class ZkMetadataStore:
         broker that dies instead is not excluded for ever)."""
         with contextlib.suppress(NodeExistsError):
             self._zk.create(shutting_down_path(broker_id), b"", ephemeral=True)
+
+    def request_election(self, request: ElectionRequest) -> str:
+        """Hand an ElectLeaders request to the controller; its znode's name. Ephemeral: a
+        broker that dies with one pending takes it away (its client retries elsewhere)."""
+        path = self._zk.create(
+            f"{ELECT_LEADERS}/request-", request.encode(), ephemeral=True, sequence=True
+        )
+        return str(path).rsplit("/", 1)[-1]
+
+    def finish_election(self, name: str) -> None:
+        """The controller has acted on the request `name`."""
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(f"{ELECT_LEADERS}/{name}")
 
     def cluster_id(self, proposed: str) -> str:
         """The cluster's id: `proposed` if this is the first broker ever, else the one made

@@ -38,7 +38,10 @@ DEFAULT_BROKER_ENTITY = "<default>"
 SHUTTING_DOWN = "/onceflow/shutting_down"
 SECURITY_ACLS = "/onceflow/security/acls"
 SECURITY_CREDENTIALS = "/onceflow/security/scram_credentials"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN)
+# ElectLeaders requests for the controller: ephemeral sequential children (Kafka's ZooKeeper
+# era had /admin/preferred_replica_election, for preferred elections only and one at a time).
+ELECT_LEADERS = "/onceflow/elect_leaders"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN, ELECT_LEADERS)
 #: Kafka's "no leader" in partition state: the partition is offline.
 NO_LEADER = -1
 
@@ -98,6 +101,7 @@ class BrokerRegistration:
     timestamp_ms: int
     #: (listener name, security protocol, host, port) of every advertised listener.
     endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    rack: str | None = None  # broker.rack, Kafka's "rack" field
 
     def endpoint(self, listener: str) -> tuple[str, int]:
         """The advertised address of a listener, or the inter-broker one."""
@@ -118,6 +122,7 @@ class BrokerRegistration:
                 "endpoints": [f"{name}://{_bracket(h)}:{p}" for name, _, h, p in endpoints],
                 "listener_security_protocol_map": {name: sp for name, sp, _, _ in endpoints},
                 "features": {},
+                **({} if self.rack is None else {"rack": self.rack}),
             }
         )
 
@@ -138,6 +143,7 @@ class BrokerRegistration:
                 int(value["port"]),
                 int(value["timestamp"]),
                 tuple(endpoints),
+                None if value.get("rack") is None else str(value["rack"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptZnode(f"{broker_path(broker_id)}: {exc!r}") from exc
@@ -292,3 +298,32 @@ class ProducerIdBlock:
             return cls(int(value["broker"]), int(value["block_start"]), int(value["block_end"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptZnode(f"{PRODUCER_ID_BLOCK}: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionRequest:
+    """An ElectLeaders request handed to the controller: its election type (Kafka's code,
+    0 preferred, 1 unclean) and partitions, in /onceflow/elect_leaders/request-<seq>."""
+
+    election_type: int
+    partitions: tuple[tuple[str, int], ...]
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": 1,
+                "election_type": self.election_type,
+                "partitions": [{"topic": t, "partition": p} for t, p in self.partitions],
+            }
+        )
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes) -> ElectionRequest:
+        value = _load(raw, path)
+        try:
+            return cls(
+                int(value["election_type"]),
+                tuple((str(e["topic"]), int(e["partition"])) for e in value["partitions"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptZnode(f"{path}: {exc!r}") from exc

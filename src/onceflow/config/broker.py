@@ -65,7 +65,6 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
     "group.coordinator.rebalance.protocols": (
         "the classic and the consumer (KIP-848) group protocols are both always enabled"
     ),
-    "broker.rack": "replicas are assigned rack-unaware",
 }
 
 

@@ -28,6 +28,12 @@ class ReplicationKeys:
         "ZooKeeper servers (HOST:PORT,...[/chroot]) holding the cluster's metadata. Unset: the "
         "broker runs alone, as a cluster of one, with no ZooKeeper.",
     )
+    broker_rack: str = key(
+        "broker.rack", STRING, "", None,
+        "This broker's rack, registered in ZooKeeper and given in Metadata. When every broker "
+        "has one, replicas of new partitions are spread over racks; some with and some "
+        "without is refused when a topic is created.",
+    )
     zookeeper_session_timeout_ms: int = key(
         "zookeeper.session.timeout.ms", INT, 18_000, POSITIVE,
         "ZooKeeper session timeout: a broker silent this long is taken for dead and its "

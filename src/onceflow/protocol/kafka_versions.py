@@ -129,10 +129,6 @@ GAPS: dict[int, str] = {
     39: _DELEGATION_TOKENS,
     40: _DELEGATION_TOKENS,
     41: _DELEGATION_TOKENS,
-    43: (
-        "not implemented: the controller gives leadership back to preferred replicas by "
-        "itself (auto.leader.rebalance.enable)"
-    ),
     45: "not implemented: partition reassignment",
     46: "not implemented: partition reassignment",
     48: "not implemented: client quotas",

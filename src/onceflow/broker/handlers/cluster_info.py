@@ -40,13 +40,14 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
             brokers=(),
             cluster_authorized_operations=_NO_OPERATIONS,
         )
+    racks = ctx.broker.racks()
     brokers = tuple(
         ctx.entity(
             "DescribeClusterBroker",
             broker_id=node,
             host=host,
             port=port,
-            rack=None,
+            rack=racks.get(node),
             is_fenced=False,
         )
         for node, host, port in broker.nodes(ctx.session.listener)

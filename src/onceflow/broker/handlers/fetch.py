@@ -222,8 +222,9 @@ def current_leader(ctx: RequestContext, topic: str, partition: int) -> tuple[int
 
 def node_endpoints(ctx: RequestContext, leaders: set[int], entity: Any) -> tuple[Any, ...]:
     """KIP-951's node endpoints: the live ones among `leaders`, on the client's listener."""
+    racks = ctx.broker.racks()
     return tuple(
-        codec.build(entity, node_id=node, host=host, port=port, rack=None)
+        codec.build(entity, node_id=node, host=host, port=port, rack=racks.get(node))
         for node, host, port in ctx.broker.nodes(ctx.session.listener)
         if node in leaders
     )

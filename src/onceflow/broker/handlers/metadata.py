@@ -76,8 +76,11 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             if name in hidden:
                 topic_id = broker.topic_id(name) if ids else None
                 topics.append(_refused(ctx, None if ids else name, topic_id, internal=False))
+    racks = broker.racks()
     nodes = tuple(
-        ctx.entity("MetadataResponseBroker", node_id=node, host=host, port=port, rack=None)
+        ctx.entity(
+            "MetadataResponseBroker", node_id=node, host=host, port=port, rack=racks.get(node)
+        )
         for node, host, port in broker.nodes(ctx.session.listener)
     )
     return ctx.response(

@@ -4,6 +4,7 @@ A bad batch fails only its own partition; the others in the request still succee
 acks=-1 in durable mode the response waits for the group commit that covers the append; a
 partition whose fsync fails then answers KAFKA_STORAGE_ERROR, never success. Below the log
 dir's free-space threshold, client data is refused with KAFKA_STORAGE_ERROR (retriable).
+A batch refused for some of its records names them (KIP-467, records/validation.py).
 
 Authorization is Kafka's: transactional records need WRITE on the transactional id (else
 the whole request fails), each topic WRITE (else TOPIC_AUTHORIZATION_FAILED for its
@@ -29,7 +30,7 @@ from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec, txn_support
 from onceflow.protocol.txn_support import TxnSupport
 from onceflow.records.batch import BatchHeader, validate_produced_batches
-from onceflow.records.record import decode_records
+from onceflow.records.validation import InvalidRecords, TimestampBounds, check_records
 from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.partition_log import AppendResult, PartitionLog
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from onceflow.broker.services import BrokerServices
 
 _TOPIC_IDS = 13  # Produce v13 names topics by id (KIP-516)
+_RECORD_ERRORS = 8  # Produce v8 names the records that failed a batch (KIP-467)
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
@@ -146,6 +148,7 @@ class _PartitionStep:
         ctx, broker, acks = self._ctx, self._ctx.broker, self._request.acks
         error = ErrorCode.none
         message = None
+        record_errors: tuple[Any, ...] = ()
         base_offset = log_start = -1
         append_time: datetime.datetime | None = None
         wait = leader = leader_id = None
@@ -185,6 +188,15 @@ class _PartitionStep:
             wait = broker.writes.acknowledgement(plog, result.last_offset, acks, self._timeout_ms)
         except KafkaError as exc:
             error, message = exc.code, exc.message or None
+            if isinstance(exc, InvalidRecords) and ctx.api_version >= _RECORD_ERRORS:
+                record_errors = tuple(
+                    ctx.entity(
+                        "BatchIndexAndErrorMessage",
+                        batch_index=e.batch_index,
+                        batch_index_error_message=e.message,
+                    )
+                    for e in exc.errors
+                )
             if ctx.api_version >= 10 and error in LEADER_MOVED and name is not None:
                 leader_id, epoch = current_leader(ctx, name, data.index)
                 leader = ctx.entity("LeaderIdAndEpoch", leader_id=leader_id, leader_epoch=epoch)
@@ -195,7 +207,7 @@ class _PartitionStep:
             base_offset=base_offset,
             log_append_time=append_time,  # None (-1): the producer's CreateTime
             log_start_offset=log_start,
-            record_errors=(),
+            record_errors=record_errors,
             error_message=message,
             **({} if leader is None else {"current_leader": leader}),
         )
@@ -313,8 +325,20 @@ def _validated(plog: PartitionLog, records: bytes) -> list[BatchHeader]:
             ErrorCode.invalid_record,
             f"{len(headers)} record batches for one partition; exactly 1 is allowed",
         )
-    if plog.config.cleanup_compact:
-        require_keys(records, headers)
+    config = plog.config
+    bounds = None
+    if not config.log_append_time:
+        now = plog.clock.now_ms()
+        bounds = TimestampBounds.around(
+            now, config.timestamp_before_max_ms, config.timestamp_after_max_ms
+        )
+    check_records(
+        records,
+        headers,
+        partition=plog.name,
+        compacted=config.cleanup_compact,
+        timestamps=bounds,
+    )
     return headers
 
 
@@ -340,18 +364,3 @@ def _append(
     result = plog.append_batches(records, headers)
     broker.writes.appended(plog)
     return result
-
-
-def require_keys(records: bytes, headers: list[BatchHeader]) -> None:
-    """Compacted topics keep the latest record per key, so a keyless record is refused.
-
-    This is the only per-record check on the produce path, and only for compacted topics.
-    """
-    position = 0
-    for header in headers:
-        batch = memoryview(records)[position : position + header.size]
-        if any(r.key is None for r in decode_records(batch, verify_crc=False)):
-            raise KafkaError(
-                ErrorCode.invalid_record, "compacted topic cannot accept a record without a key"
-            )
-        position += header.size

@@ -28,6 +28,13 @@ NO_LEADER = -1
 #: cluster; a cluster of one, which takes every partition at start, waits for it.
 RoleListener = Callable[[str, int, Role, int], Awaitable[None] | None]
 
+#: One partition's answer to ElectLeaders: NONE (elected) or Kafka's error, and a message.
+ElectionResult = tuple[ErrorCode, str | None]
+UNKNOWN_PARTITION: ElectionResult = (
+    ErrorCode.unknown_topic_or_partition,
+    "The partition does not exist.",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionView:
@@ -128,6 +135,10 @@ class Topology(Protocol):
         """(id, host, port) of every live broker on `listener`, by id."""
         ...
 
+    def racks(self) -> dict[int, str | None]:
+        """Each live broker's `broker.rack` (None: none), for Metadata and replica placement."""
+        ...
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         """A live broker's address on `listener`; None when it is not alive."""
         ...
@@ -192,6 +203,14 @@ class Topology(Protocol):
     ) -> None: ...
 
     async def delete_topic(self, name: str) -> None: ...
+
+    async def elect_leaders(
+        self, election_type: int, partitions: list[tuple[str, int]] | None, timeout_ms: int
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """ElectLeaders (Kafka's type: 0 preferred, 1 unclean) for `partitions` (None:
+        every partition), each answered once its new leader is known or `timeout_ms` passed
+        (REQUEST_TIMED_OUT). Only the controller writes leaders; alone, none is needed."""
+        ...
 
     def ensure_internal_topic(
         self,

@@ -23,6 +23,8 @@ from onceflow.broker.topics import (
 )
 from onceflow.broker.topology.base import (
     NO_LEADER,
+    UNKNOWN_PARTITION,
+    ElectionResult,
     PartitionView,
     ReplicationSummary,
     RoleListener,
@@ -154,6 +156,9 @@ class StandaloneTopology:
         advertised = self._config().advertised_listener_for(listener)
         return [(self.node_id, advertised.host, advertised.port)]
 
+    def racks(self) -> dict[int, str | None]:
+        return {self.node_id: self._config().broker_rack or None}
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         if node != self.node_id:
             return None
@@ -271,6 +276,19 @@ class StandaloneTopology:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
         if not validate_only:
             self._logs.update_topic_configs(name, configs)
+
+    async def elect_leaders(
+        self, election_type: int, partitions: list[tuple[str, int]] | None, timeout_ms: int
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """Alone, this broker is every partition's only and preferred replica."""
+        if partitions is None:
+            partitions = [(p.topic, p.partition) for p in self._logs]
+        return {
+            (t, p): (ErrorCode.election_not_needed, None)
+            if self.has_partition(t, p)
+            else UNKNOWN_PARTITION
+            for t, p in partitions
+        }
 
     async def delete_topic(self, name: str) -> None:
         await self._barrier()  # no fsync may run on files about to be closed

@@ -18,6 +18,7 @@ from onceflow.broker.inter_broker import InterBroker
 from onceflow.broker.security import SecurityState
 from onceflow.broker.topics import CreatedTopic, partition_count_message
 from onceflow.broker.topology.base import (
+    ElectionResult,
     PartitionView,
     ReplicationSummary,
     RoleListener,
@@ -26,6 +27,7 @@ from onceflow.broker.topology.base import (
 from onceflow.clock import Clock
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.cluster.controller import Controller, ControllerSettings
+from onceflow.cluster.elections import ElectionType, plan_requested_election
 from onceflow.cluster.link import ClusterLink
 from onceflow.cluster.metadata import MetadataCache, TopicMetadata
 from onceflow.cluster.replica_manager import ReplicaManager, ReplicationSettings
@@ -36,7 +38,7 @@ from onceflow.cluster.zk_store import (
     TopicExists,
     ZkMetadataStore,
 )
-from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration
+from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, ElectionRequest
 from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.errors import ErrorCode, KafkaError, fail_future
@@ -49,6 +51,7 @@ from onceflow.storage.meta_properties import read_cluster_id, write_meta_propert
 from onceflow.storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
+_TIMED_OUT = ErrorCode.request_timed_out
 
 #: How long CreateTopics waits for the controller to elect the new partitions' leaders.
 CREATE_WAIT_S = 10.0
@@ -112,6 +115,7 @@ class ZkTopology:
                 (ad.name, config.security_protocol(ad.name), ad.host, ad.port)
                 for ad in config.effective_advertised_listeners()
             ),
+            config.broker_rack or None,
         )
         self.link = ClusterLink(store, registration, asyncio.get_running_loop())
         self.replicas = ReplicaManager(
@@ -292,6 +296,9 @@ class ZkTopology:
     def nodes(self, listener: str) -> list[tuple[int, str, int]]:
         return sorted((b, *r.endpoint(listener)) for b, r in self.cache.brokers.items())
 
+    def racks(self) -> dict[int, str | None]:
+        return {b: r.rack for b, r in self.cache.brokers.items()}
+
     def endpoint(self, node: int, listener: str) -> tuple[str, int] | None:
         registration = self.cache.brokers.get(node)
         return None if registration is None else registration.endpoint(listener)
@@ -414,7 +421,7 @@ class ZkTopology:
         bounded, until this broker sees every partition led."""
         live = sorted(self.cache.brokers)
         if assignment is None:
-            assignment = assign_replicas(partitions, replication_factor, live)
+            assignment = assign_replicas(partitions, replication_factor, live, racks=self.racks())
         topic_id = str(uuid.uuid4())
         try:
             await asyncio.to_thread(
@@ -456,7 +463,11 @@ class ZkTopology:
         factor = len(current[0])
         if new is None:
             added = assign_replicas(
-                total - len(current), factor, sorted(self.cache.brokers), len(current)
+                total - len(current),
+                factor,
+                sorted(self.cache.brokers),
+                len(current),
+                racks=self.racks(),
             )
         else:
             if len(new) != total - len(current):
@@ -519,6 +530,39 @@ class ZkTopology:
             return meta is None or meta.config_version >= version
 
         await self.link.wait_for(applied, CREATE_WAIT_S)
+
+    async def elect_leaders(
+        self, election_type: int, partitions: list[tuple[str, int]] | None, timeout_ms: int
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """Decide each partition on this broker's cache as the controller will; hand the
+        ones to elect to the controller in a request znode (this broker writes no partition
+        state unless it is the controller), then wait for their new leaders."""
+        kind = ElectionType(election_type)
+        if partitions is None:
+            partitions = sorted((t, p) for t, p, _ in self.cache.partitions())
+        results: dict[tuple[str, int], ElectionResult] = {}
+        expected: dict[tuple[str, int], int] = {}
+        for topic, partition in partitions:
+            planned = plan_requested_election(self.cache, -1, kind, topic, partition)
+            if planned.change is None:
+                results[(topic, partition)] = (planned.error, planned.message)
+            else:
+                expected[(topic, partition)] = planned.change.state.leader
+        if not expected:
+            return results
+        request = ElectionRequest(election_type, tuple(expected))
+        try:
+            await asyncio.to_thread(self.link.store.request_election, request)
+        except MetadataStoreError as exc:
+            raise KafkaError(ErrorCode.unknown_server_error, str(exc)) from exc
+
+        def elected(tp: tuple[str, int]) -> bool:
+            return self.cache.leader_of(*tp) == expected[tp]
+
+        await self.link.wait_for(lambda: all(map(elected, expected)), timeout_ms / 1000)
+        for tp in expected:
+            results[tp] = (ErrorCode.none, None) if elected(tp) else (_TIMED_OUT, None)
+        return results
 
     async def delete_topic(self, name: str) -> None:
         try:
