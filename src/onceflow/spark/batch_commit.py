@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from onceflow.client.errors import KafkaApiError, UnsupportedVersion
+from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant import (
     PreparedTransaction,
     StalePreparedTransaction,
@@ -64,6 +64,8 @@ Atomicity = Literal["batch", "task"]
 DECISIONS_PREFIX = "decisions-"
 # Kafka's offset.metadata.max.bytes default: a decision must fit in an offset's metadata.
 MAX_DECISION_BYTES = 4096
+# How long the probe at the start waits for the broker.
+PROBE_TIMEOUT_MS = 15_000
 # Client settings the participant client cannot take; batch atomicity refuses them.
 _SECURITY_KEYS = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "ssl.ca.location")
 
@@ -83,6 +85,7 @@ def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[st
 def broker_has_two_phase_commit(client_config: Mapping[str, str], sink_id: str) -> bool:
     """True when an InitProducerId v6 with enable2Pc is accepted for a probe id."""
     bootstrap, settings = participant_settings(client_config)
+    settings |= {"delivery.timeout.ms": PROBE_TIMEOUT_MS, "request.timeout.ms": PROBE_TIMEOUT_MS}
     probe = TwoPhaseProducer(bootstrap, f"onceflow-sink-probe-{sink_id}", **settings)
     try:
         probe.init()
@@ -119,6 +122,9 @@ def choose_atomicity(
         try:
             supported = broker_has_two_phase_commit(client_config, sink_id)
         except OptionError:
+            supported = False
+        except Unreachable as exc:
+            log.warning("onceflow sink '%s': cannot ask the broker (%s)", sink_id, exc)
             supported = False
         chosen = "batch" if supported else "task"
     log.info("onceflow sink '%s': atomicity per %s", sink_id, chosen)

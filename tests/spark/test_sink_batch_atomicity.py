@@ -1,0 +1,121 @@
+"""Per-batch atomicity inside Spark: the option's default and refusal, and a streaming
+query whose micro-batches a read_committed observer, polling throughout, never sees in
+part (on one output partition, where the log's order is the readers' order)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from pyspark.sql import SparkSession
+
+from onceflow.spark.batch_commit import read_decision
+from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC
+from onceflow.spark.options import OptionError
+from onceflow.spark.writer import make_stream_writer, make_writer
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.clients import QUIET_LOGGER, create_topic
+from tests.spark.conftest import Kafka
+from tests.spark.test_sink_replay import (
+    assert_exactly_once,
+    committed_values,
+    run_to_end,
+    write_lines,
+)
+from tests.spark.test_sink_task import VALUE_SCHEMA
+
+BATCHES, ROWS = 5, 60
+
+
+def test_default_is_the_strongest_the_broker_supports(
+    spark_broker: BrokerProcess, two_pc_broker: BrokerProcess
+) -> None:
+    off = {"kafka.bootstrap.servers": spark_broker.bootstrap, "topic": "t"}
+    on = {"kafka.bootstrap.servers": two_pc_broker.bootstrap, "topic": "t"}
+    assert make_stream_writer(off, VALUE_SCHEMA, overwrite=False).config.atomicity == "task"
+    assert make_stream_writer(on, VALUE_SCHEMA, overwrite=False).config.atomicity == "batch"
+    assert make_writer(on, VALUE_SCHEMA, overwrite=False).config.atomicity == "batch"
+    chosen = {**on, "atomicity": "Task"}
+    assert make_stream_writer(chosen, VALUE_SCHEMA, overwrite=False).config.atomicity == "task"
+    with pytest.raises(OptionError, match="'batch' or 'task'"):
+        make_stream_writer({**on, "atomicity": "row"}, VALUE_SCHEMA, overwrite=False)
+
+
+def test_batch_against_a_broker_without_two_phase_commit_fails_at_start(
+    spark: SparkSession, kafka: Kafka, tmp_path: Path
+) -> None:
+    options = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": "t", "atomicity": "batch"}
+    with pytest.raises(OptionError, match=r"needs a broker with two-phase commit \(KIP-939\)"):
+        make_stream_writer(options, VALUE_SCHEMA, overwrite=False)
+    source = tmp_path / "in"
+    source.mkdir()
+    write_lines(source, "part-0.txt", ["a", "b"])
+    with pytest.raises(Exception, match="two-phase commit"):
+        run_to_end(spark, source, tmp_path / "checkpoint", options)
+
+
+class Observer(threading.Thread):
+    """A read_committed consumer polling one partition throughout. Whenever it has caught
+    up with the last stable offset it notes every batch it has seen only in part."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.seen = Counter[str]()
+        self.partial: list[tuple[str, int]] = []
+        self.checks = 0
+        self.stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"observer-{topic}",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+                "logger": QUIET_LOGGER,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                msg = self._consumer.poll(0.05)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is None:
+                    self.seen[bytes(msg.value()).split(b"-")[0].decode()] += 1
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    self.checks += 1
+                    self.partial += [(b, n) for b, n in self.seen.items() if n != ROWS]
+        finally:
+            self._consumer.close()
+
+
+def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(
+    spark: SparkSession, two_pc_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    bootstrap = two_pc_broker.bootstrap
+    out = create_topic(bootstrap, partitions=1)
+    source = tmp_path / "in"
+    source.mkdir()
+    batches = [[f"b{b}-line{i}" for i in range(ROWS)] for b in range(BATCHES)]
+    for b, lines in enumerate(batches):
+        write_lines(source, f"part-{b}.txt", lines)
+    observer = Observer(bootstrap, out)
+    observer.start()
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": out}  # the default: batch
+    try:
+        query = run_to_end(spark, source, tmp_path / "checkpoint", options)
+    finally:
+        observer.stop.set()
+        observer.join(30)
+    kafka = Kafka(two_pc_broker)
+    assert_exactly_once(committed_values(kafka, out), [x for b in batches for x in b])
+    assert observer.checks > 0
+    decision = read_decision({"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC, query.id, 20)
+    assert decision is not None and decision.batch_id == BATCHES - 1  # per batch it was
+    assert not observer.partial, f"batches seen in part: {observer.partial[:10]}"
