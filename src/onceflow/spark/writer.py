@@ -1,4 +1,7 @@
-"""The `onceflow` sink: exactly-once writes from Spark to Kafka, one transaction per task.
+"""The `onceflow` sink: exactly-once writes from Spark to Kafka, one transaction per task
+(`atomicity=task`, below) or one decision per micro-batch over the tasks' prepared two-phase
+transactions (`atomicity=batch`: `prepare_task`, `commit_batch`; see
+`onceflow.spark.batch_commit`).
 
 Each write task (one partition of one micro-batch) owns the transactional id
 `<sink id>-<task partition>`, which is the same for every attempt of that task in every
@@ -43,6 +46,8 @@ Options (case-insensitive, as Spark passes them):
   Spark, so a replayed micro-batch writes nothing twice (this is how to write Spark's
   update output mode exactly once: Python streaming sinks support append and complete);
 - `ledgerTopic`: the ledger topic, default `__onceflow_sink_ledger` (created if missing).
+- `atomicity`: `batch` or `task`; default the strongest the broker supports, decided on the
+  driver at the start (`choose_atomicity`).
 
 Rows reach the sink as Arrow record batches; columns are read with one `to_pylist()` each.
 """
