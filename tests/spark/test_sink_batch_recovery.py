@@ -19,6 +19,7 @@ from onceflow.spark.writer import (
     SinkCommitMessage,
     SinkConfig,
     SinkTask,
+    SinkWriteError,
     abort_batch,
     commit_batch,
     write_task,
@@ -133,5 +134,35 @@ def test_an_aborted_batch_shows_nothing_and_is_written_again(
     wait_stable(bootstrap, topic, range(3))
     assert visible(bootstrap, topic) == []
     commit_batch(config, run_tasks(config, 0, 1), 0)
+    wait_stable(bootstrap, topic, range(3))
+    assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))
+
+
+def test_a_chosen_attempt_aborted_by_a_speculative_one_aborts_the_batch_whole(
+    two_pc_broker: BrokerProcess,
+) -> None:
+    """Spark chose attempt 0 of task 0, but a speculative attempt 1 inited after attempt 0
+    prepared, which aborted it. The driver finds out before deciding: it aborts the batch
+    and fails; nothing shows; the restart's replay writes the batch once."""
+    bootstrap = two_pc_broker.bootstrap
+    topic = create_topic(bootstrap, partitions=3)
+    config = SinkConfig(
+        client_config={"bootstrap.servers": bootstrap},
+        columns=SinkColumns(value="value"),
+        topic=topic,
+        sink_id=f"sink-{uuid.uuid4().hex[:8]}",
+        atomicity="batch",
+    )
+    chosen = run_tasks(config, 0, 0)
+    assert config.sink_id is not None
+    rb = pa.RecordBatch.from_pydict({"value": pa.array(rows(0, 0), pa.binary())})
+    speculative = write_task(config, SinkTask(config.sink_id, 0, 0, 1, "q"), [rb])
+    assert speculative.prepared and speculative.prepared != chosen[0].prepared
+    with pytest.raises(SinkWriteError, match="aborted before the decision"):
+        commit_batch(config, chosen, 0)
+    # The speculative attempt's transaction is still prepared: the replay's init aborts it.
+    assert visible(bootstrap, topic) == []
+
+    commit_batch(config, run_tasks(config, 0, 2), 0)
     wait_stable(bootstrap, topic, range(3))
     assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))

@@ -40,6 +40,8 @@ from onceflow.client.participant import (
     TwoPhaseProducer,
     complete,
 )
+from onceflow.client.participant_link import Link, init_producer_id
+from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
 from onceflow.spark.ledger import Ledger
 from onceflow.spark.options import OptionError
@@ -53,6 +55,7 @@ __all__ = [
     "broker_has_two_phase_commit",
     "choose_atomicity",
     "complete_all",
+    "not_open",
     "participant_settings",
     "prepared_of",
     "read_decision",
@@ -184,6 +187,31 @@ class DecisionLog:
 
     def close(self) -> None:
         self._ledger.close()
+
+
+def not_open(
+    client_config: Mapping[str, str], prepared: Iterable[PreparedTransaction]
+) -> list[PreparedTransaction]:
+    """The prepared transactions that are no longer open, asked before the decision: a
+    speculative attempt's init aborts the transaction of the attempt Spark chose when it
+    comes after that attempt's prepare. The question (InitProducerId with keepPreparedTxn)
+    fences the tasks and keeps their transactions for `complete`."""
+    bootstrap, settings = participant_settings(client_config)
+    options = ProducerSettings.of(settings)
+    link = Link(bootstrap, options)
+    gone = []
+    try:
+        for txn in prepared:
+            kept = init_producer_id(link, txn.transactional_id, options, keep=True)
+            if (kept.ongoing_producer_id, kept.ongoing_epoch) != (
+                txn.producer_id,
+                txn.producer_epoch,
+            ):
+                gone.append(txn)
+            link.coordinator_moved()  # each id has a coordinator of its own
+    finally:
+        link.close()
+    return gone
 
 
 def complete_all(

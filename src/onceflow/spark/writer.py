@@ -92,6 +92,7 @@ from onceflow.spark.batch_commit import (
     ParticipantRows,
     choose_atomicity,
     complete_all,
+    not_open,
     participant_settings,
     prepared_of,
     read_decision,
@@ -815,6 +816,15 @@ def commit_batch(
         elif not prepared:
             return
         else:
+            gone = not_open(config.client_config, prepared.values())
+            if gone:
+                complete_all(config.client_config, prepared.values(), commit=False)
+                raise SinkWriteError(
+                    f"sink '{sink_id}' batch {batch_id}: the prepared transactions of "
+                    f"{', '.join(t.transactional_id for t in gone)} were aborted before the "
+                    f"decision (by a newer attempt of the task, e.g. a speculative one); the "
+                    f"batch is aborted whole and is written again when the query restarts"
+                )
             owner = next((m.owner for m in ours if m.owner), "")
             decisions.record(Decision(batch_id, owner, prepared))
             step("decided")
