@@ -65,8 +65,9 @@ class Observer(threading.Thread):
     """A read_committed consumer polling one partition throughout. Whenever it has caught
     up with the last stable offset it notes, per batch, how many of its rows it has seen."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, rows: int) -> None:
         super().__init__(daemon=True)
+        self.rows = rows
         self.seen = Counter[int]()
         # Per look, the counts in the order the batches first showed up (file names do not
         # give Spark's order: files written at once are picked in any order).
@@ -99,6 +100,14 @@ class Observer(threading.Thread):
             self._consumer.close()
 
 
+def check_looks(observer: Observer, batches: int, rows: int) -> None:
+    """At each look, every batch but the newest is whole; the last look sees all whole."""
+    assert observer.looks[-1] == [rows] * batches
+    for look in observer.looks:
+        assert all(n == rows for n in look[:-1]), f"a batch seen in part: {look}"
+        assert all(n <= rows for n in look), f"a row seen twice: {look}"
+
+
 def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(
     spark: SparkSession, two_pc_broker: BrokerProcess, tmp_path: Path
 ) -> None:
@@ -109,7 +118,7 @@ def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(
     batches = [[f"b{b}-line{i}" for i in range(ROWS)] for b in range(BATCHES)]
     for b, lines in enumerate(batches):
         write_lines(source, f"part-{b}.txt", lines)
-    observer = Observer(bootstrap, out)
+    observer = Observer(bootstrap, out, ROWS)
     observer.start()
     options = {"kafka.bootstrap.servers": bootstrap, "topic": out}  # the default: batch
     try:
@@ -124,8 +133,4 @@ def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(
     assert_exactly_once(committed_values(kafka, out), [x for b in batches for x in b])
     decision = read_decision({"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC, query.id, 20)
     assert decision is not None and decision.batch_id == BATCHES - 1  # per batch it was
-    # At each look, every batch but the newest is whole; the last look sees all whole.
-    assert observer.looks[-1] == [ROWS] * BATCHES
-    for look in observer.looks:
-        assert all(n == ROWS for n in look[:-1]), f"a batch seen in part: {look}"
-        assert all(n <= ROWS for n in look), f"a row seen twice: {look}"
+    check_looks(observer, BATCHES, ROWS)

@@ -166,3 +166,26 @@ def test_a_chosen_attempt_aborted_by_a_speculative_one_aborts_the_batch_whole(
     commit_batch(config, run_tasks(config, 0, 2), 0)
     wait_stable(bootstrap, topic, range(3))
     assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))
+
+
+def test_spark_aborting_after_a_failed_commit_keeps_a_decided_batch(
+    two_pc_broker: BrokerProcess,
+) -> None:
+    """When the commit fails (here between two completions) Spark calls abort with the same
+    messages; the batch was decided, so abort must not abort what is left of it."""
+    bootstrap = two_pc_broker.bootstrap
+    topic = create_topic(bootstrap, partitions=3)
+    config = SinkConfig(
+        client_config={"bootstrap.servers": bootstrap},
+        columns=SinkColumns(value="value"),
+        topic=topic,
+        sink_id=f"sink-{uuid.uuid4().hex[:8]}",
+        atomicity="batch",
+    )
+    messages = run_tasks(config, 0, 0)
+    with pytest.raises(DriverDied):
+        commit_batch(config, messages, 0, die_at("completed"))
+    abort_batch(config, messages)
+    commit_batch(config, run_tasks(config, 0, 1), 0)  # the replay
+    wait_stable(bootstrap, topic, range(3))
+    assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))

@@ -795,8 +795,8 @@ def commit_batch(
 ) -> None:
     """Per-batch atomicity's commit: record the decision, then complete every task's
     transaction; a replay of a decided batch completes what is left and records nothing.
-    `on_step("decided")` and `on_step("completed")` (after each completion) let tests stop
-    a driver there."""
+    `on_step("prepared")` (before the decision), `on_step("decided")` and
+    `on_step("completed")` (after each completion) let tests stop a driver there."""
     step = on_step or (lambda _: None)
     _check_messages(messages, batch_id)
     ours = [m for m in messages if isinstance(m, SinkCommitMessage)]
@@ -816,6 +816,7 @@ def commit_batch(
         elif not prepared:
             return
         else:
+            step("prepared")
             gone = not_open(config.client_config, prepared.values())
             if gone:
                 complete_all(config.client_config, prepared.values(), commit=False)
@@ -837,8 +838,24 @@ def commit_batch(
 
 def abort_batch(config: SinkConfig, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Abort every prepared transaction of the batch: nothing of it becomes visible, and
-    Spark writes it again."""
-    prepared = prepared_of([m for m in messages if isinstance(m, SinkCommitMessage)])
+    Spark writes it again. Spark also calls this when the commit itself failed; if the
+    decision was recorded by then, the batch is committed: nothing is aborted, and the
+    replay after the restart completes what is left."""
+    ours = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    prepared = prepared_of(ours)
+    if not prepared:
+        return
+    decision = read_decision(
+        config.client_config, config.ledger_topic, ours[0].sink_id, config.timeout_s
+    )
+    if decision is not None and decision.batch_id >= ours[0].batch_id:
+        log.warning(
+            "sink '%s' batch %d: Spark aborts a batch whose commit was decided; it stays "
+            "committed, and the replay after the restart completes what is left",
+            ours[0].sink_id,
+            ours[0].batch_id,
+        )
+        return
     complete_all(config.client_config, prepared.values(), commit=False)
 
 
