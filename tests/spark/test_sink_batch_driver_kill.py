@@ -130,6 +130,7 @@ def test_driver_killed_in_the_commit_then_restarted(
         first = run_driver(tmp_path)
         assert marker.exists(), f"the driver was not killed:\n{first.stderr[-4000:]}"
         assert first.returncode != 0
+        assert "the query failed" not in first.stderr  # the JVM died, not only the query
         second = run_driver(tmp_path)
         assert second.returncode == 0, f"the restart failed:\n{second.stderr[-6000:]}"
         wait_for(
