@@ -134,3 +134,22 @@ def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(
     decision = read_decision({"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC, query.id, 20)
     assert decision is not None and decision.batch_id == BATCHES - 1  # per batch it was
     check_looks(observer, BATCHES, ROWS)
+
+
+def test_a_batch_write_commits_all_its_tasks_at_once(
+    spark: SparkSession, two_pc_broker: BrokerProcess
+) -> None:
+    """`df.write` takes the same default: its tasks prepare, the driver decides (batch 0 of
+    the write's sink id) and completes them."""
+    bootstrap = two_pc_broker.bootstrap
+    out = create_topic(bootstrap, partitions=3)
+    rows = [(f"k{i}", f"v{i}") for i in range(40)]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(3)
+    sink = f"nightly-{out}"
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": out, "sinkId": sink}
+    df.write.format("onceflow").options(**options).mode("append").save()
+    df.write.format("onceflow").options(**options).mode("append").save()  # writes nothing
+    kafka = Kafka(two_pc_broker)
+    assert_exactly_once(committed_values(kafka, out, 3), [v for _, v in rows])
+    decision = read_decision({"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC, sink, 20)
+    assert decision is not None and decision.batch_id == 0 and len(decision.prepared) == 3
