@@ -22,6 +22,8 @@ from tests.spark.conftest import Kafka
 from tests.spark.test_sink_batch_atomicity import Observer, check_looks
 from tests.spark.test_sink_replay import assert_exactly_once, committed_values, write_lines
 
+pytestmark = pytest.mark.slow
+
 BATCHES, ROWS = 3, 60
 DRIVER_TIMEOUT_S = 300
 
