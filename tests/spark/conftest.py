@@ -71,6 +71,24 @@ def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
         assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
 
 
+@pytest.fixture(scope="session")
+def two_pc_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with two-phase commit (KIP-939) on, for the sink's per-batch atomicity."""
+    overrides = {**SPARK_BROKER_OVERRIDES, "transaction.two.phase.commit.enable": "true"}
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-2pc-broker") / "data", overrides)
+    b.start()
+    try:
+        yield b
+    finally:
+        try:
+            if b.running:
+                assert b.stop() == 0, f"broker failed; its log:\n{b.log_tail()}"
+        finally:
+            b.kill()
+        errors = b.internal_errors()
+        assert not errors, "the broker logged internal errors:\n" + "\n---\n".join(errors[:5])
+
+
 class Kafka:
     """Test data on the session's broker, through confluent-kafka."""
 

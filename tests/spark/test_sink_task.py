@@ -416,7 +416,7 @@ def test_bad_columns_are_named(schema: StructType, message: str) -> None:
 
 
 def test_batch_writer_ids_and_modes() -> None:
-    opts = {**BOOT, "topic": "t"}
+    opts = {**BOOT, "topic": "t", "atomicity": "task"}  # no broker to ask for a default
     a = make_writer(opts, VALUE_SCHEMA, overwrite=False).config
     b = make_writer(opts, VALUE_SCHEMA, overwrite=False).config
     assert a.sink_id and b.sink_id and a.sink_id != b.sink_id  # fresh per write

@@ -182,6 +182,11 @@ class Ledger:
         """The offsets to send with the transaction that writes `batch_id`."""
         return [TopicPartition(self.topic, LEDGER_PARTITION, batch_id + 1, owner)]
 
+    def record(self, batch_id: int, metadata: str) -> None:
+        """Commit `batch_id + 1` with `metadata` outside any transaction (the decision log
+        of per-batch atomicity): acknowledged once replicated, the same value idempotent."""
+        self._consumer.commit(offsets=self.entry(batch_id, metadata), asynchronous=False)
+
     def group_metadata(self) -> Any:
         """For `send_offsets_to_transaction`. The consumer never joins its group, so the
         metadata carries generation -1: a plain offsets-only commit, which Kafka accepts for

@@ -1,4 +1,7 @@
-"""The `onceflow` sink: exactly-once writes from Spark to Kafka, one transaction per task.
+"""The `onceflow` sink: exactly-once writes from Spark to Kafka, one transaction per task
+(`atomicity=task`, below) or one decision per micro-batch over the tasks' prepared two-phase
+transactions (`atomicity=batch`: `prepare_task`, `commit_batch`; see
+`onceflow.spark.batch_commit`).
 
 Each write task (one partition of one micro-batch) owns the transactional id
 `<sink id>-<task partition>`, which is the same for every attempt of that task in every
@@ -43,6 +46,8 @@ Options (case-insensitive, as Spark passes them):
   Spark, so a replayed micro-batch writes nothing twice (this is how to write Spark's
   update output mode exactly once: Python streaming sinks support append and complete);
 - `ledgerTopic`: the ledger topic, default `__onceflow_sink_ledger` (created if missing).
+- `atomicity`: `batch` or `task`; default the strongest the broker supports, decided on the
+  driver at the start (`choose_atomicity`).
 
 Rows reach the sink as Arrow record batches; columns are read with one `to_pylist()` each.
 """
@@ -53,10 +58,10 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from pyspark import TaskContext
@@ -77,7 +82,21 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from onceflow.client.errors import ClientError
+from onceflow.client.participant import TwoPhaseProducer
 from onceflow.spark.access import KafkaAccessError
+from onceflow.spark.batch_commit import (
+    Atomicity,
+    Decision,
+    DecisionLog,
+    ParticipantRows,
+    choose_atomicity,
+    complete_all,
+    not_open,
+    participant_settings,
+    prepared_of,
+    read_decision,
+)
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, Ledger
 from onceflow.spark.options import (
     SOURCE_OPTIONS,
@@ -119,7 +138,13 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 TOPIC = "topic"
 SINK_ID = "sinkid"
 LEDGER_TOPIC = "ledgertopic"
-WRITER_OPTIONS = {TOPIC: "topic", SINK_ID: "sinkId", LEDGER_TOPIC: "ledgerTopic"}
+ATOMICITY = "atomicity"
+WRITER_OPTIONS = {
+    TOPIC: "topic",
+    SINK_ID: "sinkId",
+    LEDGER_TOPIC: "ledgerTopic",
+    ATOMICITY: "atomicity",
+}
 # Spark adds these to a streaming sink's options itself; the sink has no use for them.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname"})
 KAFKA_PREFIX = "kafka."
@@ -197,6 +222,8 @@ class SinkConfig:
     explicit_sink_id: bool = False
     ledger_topic: str = DEFAULT_LEDGER_TOPIC
     timeout_s: float = OPERATION_TIMEOUT_S
+    # As asked ("batch", "task" or None); the writer replaces it by the one it uses.
+    atomicity: Atomicity | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.client_config, ClientConfig):
@@ -242,6 +269,9 @@ class SinkCommitMessage(WriterCommitMessage):
     outcome: Outcome
     records: int = 0
     topics: list[str] = field(default_factory=list)
+    # Per-batch atomicity: the task's prepared transaction (PreparedTransaction JSON).
+    prepared: str | None = None
+    owner: str = ""
 
 
 # ---- options and schema ------------------------------------------------------------------
@@ -288,6 +318,9 @@ def sink_config(options: Mapping[str, str], schema: StructType) -> SinkConfig:
     topic = _nonblank(opts, TOPIC)
     sink_id = _nonblank(opts, SINK_ID)
     ledger_topic = _nonblank(opts, LEDGER_TOPIC) or DEFAULT_LEDGER_TOPIC
+    atomicity = _nonblank(opts, ATOMICITY)
+    if atomicity is not None and atomicity.lower() not in ("batch", "task"):
+        raise OptionError(f"option 'atomicity' is '{atomicity}'; it must be 'batch' or 'task'")
     columns = sink_columns(schema)
     if topic is None and columns.topic is None:
         raise OptionError("no topic to write to: set the 'topic' option or write a 'topic' column")
@@ -298,6 +331,7 @@ def sink_config(options: Mapping[str, str], schema: StructType) -> SinkConfig:
         sink_id=sink_id,
         explicit_sink_id=sink_id is not None,
         ledger_topic=ledger_topic,
+        atomicity=None if atomicity is None else cast(Atomicity, atomicity.lower()),
     )
 
 
@@ -390,6 +424,8 @@ def write_task(
     first = _first_nonempty(rows)
     if first is None:
         return _message(task, "empty")
+    if config.atomicity == "batch":
+        return prepare_task(config, task, chain([first], rows))
 
     txn_id = task.transactional_id
     errors: list[KafkaError] = []
@@ -460,6 +496,50 @@ def write_task(
         _close(producer)
 
 
+def prepare_task(
+    config: SinkConfig, task: SinkTask, rows: Iterable[pa.RecordBatch]
+) -> SinkCommitMessage:
+    """Per-batch atomicity (see `onceflow.spark.batch_commit`): write the task's rows in a
+    two-phase transaction and prepare it, unless the sink's decision log shows the batch
+    decided already, in which case complete this task's part and write nothing."""
+    try:
+        decision = read_decision(
+            config.client_config, config.ledger_topic, task.sink_id, config.timeout_s
+        )
+        if decision is not None and decision.batch_id >= task.batch_id:
+            if task.owner and decision.owner and decision.owner != task.owner:
+                raise SinkIdConflictError(
+                    f"{task}: the decision log shows batch {decision.batch_id} committed by "
+                    f"streaming query {decision.owner}, not by this query ({task.owner}); "
+                    f"give this query its own 'sinkId'"
+                )
+            mine = decision.prepared.get(task.partition)
+            if decision.batch_id == task.batch_id and mine is not None:
+                complete_all(config.client_config, [mine], commit=True)
+            for _ in rows:  # Spark expects the input consumed
+                pass
+            log.info("%s: batch decided already; completed, writing nothing", task)
+            return _message(task, "skipped")
+        bootstrap, settings = participant_settings(config.client_config)
+        with TwoPhaseProducer(bootstrap, task.transactional_id, **settings) as producer:
+            producer.init()  # fences older attempts of the task and aborts what they left
+            producer.begin()
+            try:
+                records, topics = _produce_all(ParticipantRows(producer), config, rows)
+                prepared = producer.prepare()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    producer.abort()
+                raise
+        log.info("%s: prepared %d records", task, records)
+        message = _message(task, "written", records, sorted(topics))
+        message.prepared = prepared.to_json()
+        message.owner = task.owner
+        return message
+    except ClientError as exc:
+        raise SinkWriteError(f"{task} (transactional id '{task.transactional_id}'): {exc}") from exc
+
+
 def _message(
     task: SinkTask, outcome: Outcome, records: int = 0, topics: list[str] | None = None
 ) -> SinkCommitMessage:
@@ -498,7 +578,7 @@ def _producer_config(config: SinkConfig, txn_id: str, errors: list[KafkaError]) 
 
 
 def _produce_all(
-    producer: Producer, config: SinkConfig, batches: Iterable[pa.RecordBatch]
+    producer: Producer | ParticipantRows, config: SinkConfig, batches: Iterable[pa.RecordBatch]
 ) -> tuple[int, set[str]]:
     """Produce every row. Columns are converted with one to_pylist() each, not row by row;
     the common row (no partition, no headers) is one positional produce() call."""
@@ -634,14 +714,21 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
         return write_task(self.config, self.task(_task_context()), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task already committed its own transaction: nothing to do but check that
-        the tasks wrote the batch Spark is committing."""
+        """Per batch: record the decision and complete the tasks' transactions. Per task:
+        every task already committed its own; check they wrote the batch Spark commits."""
+        if self.config.atomicity == "batch":
+            commit_batch(self.config, messages, batchId)
+            return
         done = _check_messages(messages, batchId)
         log.debug("batch %d: %s", batchId, done)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Tasks that committed stay committed (Kafka cannot take a transaction back);
-        Spark runs the batch again, and the ledger makes those tasks write nothing then."""
+        """Per batch: abort the prepared transactions. Per task: tasks that committed stay
+        committed (Kafka cannot take a transaction back); Spark runs the batch again, and the
+        ledger makes those tasks write nothing then."""
+        if self.config.atomicity == "batch":
+            abort_batch(self.config, messages)
+            return
         written = [m for m in messages if isinstance(m, SinkCommitMessage) and m.records]
         if written:
             log.warning(
@@ -672,9 +759,20 @@ class OnceflowBatchWriter(DataSourceArrowWriter):
         return write_task(self.config, self.task(_task_context()), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to do: every task committed its own transaction."""
+        """Per batch: record the decision and complete the tasks' transactions. Per task:
+        nothing to do, every task committed its own transaction."""
+        if self.config.atomicity == "batch":
+            ids = {m.batch_id for m in messages if isinstance(m, SinkCommitMessage)}
+            commit_batch(self.config, messages, ids.pop() if ids else 0)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.config.atomicity == "batch":
+            abort_batch(self.config, messages)
+            return
+        self._warn_committed(messages)
+
+    def _warn_committed(self, messages: list[WriterCommitMessage | None]) -> None:
+
         written = [m for m in messages if isinstance(m, SinkCommitMessage) and m.records]
         if written:
             log.warning(
@@ -687,6 +785,78 @@ class OnceflowBatchWriter(DataSourceArrowWriter):
                 if self.config.explicit_sink_id
                 else "",
             )
+
+
+def commit_batch(
+    config: SinkConfig,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    on_step: Callable[[str], None] | None = None,
+) -> None:
+    """Per-batch atomicity's commit: record the decision, then complete every task's
+    transaction; a replay of a decided batch completes what is left and records nothing.
+    `on_step("prepared")` (before the decision), `on_step("decided")` and
+    `on_step("completed")` (after each completion) let tests stop a driver there."""
+    step = on_step or (lambda _: None)
+    _check_messages(messages, batch_id)
+    ours = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    sink_ids = {m.sink_id for m in ours}
+    if not sink_ids:
+        return
+    (sink_id,) = sink_ids
+    prepared = prepared_of(ours)
+    decisions = DecisionLog(config.client_config, config.ledger_topic, sink_id, config.timeout_s)
+    try:
+        last = decisions.last()
+        if last is not None and last.batch_id >= batch_id:
+            todo = dict(last.prepared) if last.batch_id == batch_id else {}
+            log.info(
+                "sink '%s' batch %d: decided already; completing %d", sink_id, batch_id, len(todo)
+            )
+        elif not prepared:
+            return
+        else:
+            step("prepared")
+            gone = not_open(config.client_config, prepared.values())
+            if gone:
+                complete_all(config.client_config, prepared.values(), commit=False)
+                raise SinkWriteError(
+                    f"sink '{sink_id}' batch {batch_id}: the prepared transactions of "
+                    f"{', '.join(t.transactional_id for t in gone)} were aborted before the "
+                    f"decision (by a newer attempt of the task, e.g. a speculative one); the "
+                    f"batch is aborted whole and is written again when the query restarts"
+                )
+            owner = next((m.owner for m in ours if m.owner), "")
+            decisions.record(Decision(batch_id, owner, prepared))
+            step("decided")
+            todo = prepared
+    finally:
+        decisions.close()
+    complete_all(config.client_config, todo.values(), True, lambda _: step("completed"))
+    log.info("sink '%s' batch %d: committed %d task transactions", sink_id, batch_id, len(todo))
+
+
+def abort_batch(config: SinkConfig, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """Abort every prepared transaction of the batch: nothing of it becomes visible, and
+    Spark writes it again. Spark also calls this when the commit itself failed; if the
+    decision was recorded by then, the batch is committed: nothing is aborted, and the
+    replay after the restart completes what is left."""
+    ours = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    prepared = prepared_of(ours)
+    if not prepared:
+        return
+    decision = read_decision(
+        config.client_config, config.ledger_topic, ours[0].sink_id, config.timeout_s
+    )
+    if decision is not None and decision.batch_id >= ours[0].batch_id:
+        log.warning(
+            "sink '%s' batch %d: Spark aborts a batch whose commit was decided; it stays "
+            "committed, and the replay after the restart completes what is left",
+            ours[0].sink_id,
+            ours[0].batch_id,
+        )
+        return
+    complete_all(config.client_config, prepared.values(), commit=False)
 
 
 def _check_messages(messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str:
@@ -720,7 +890,7 @@ def make_writer(
     if config.sink_id is None:
         # Fresh per write, chosen once on the driver, so every attempt of a task shares it.
         config = dataclasses.replace(config, sink_id=f"onceflow-write-{uuid.uuid4()}")
-    return OnceflowBatchWriter(config)
+    return OnceflowBatchWriter(_with_atomicity(config))
 
 
 def make_stream_writer(
@@ -729,4 +899,12 @@ def make_stream_writer(
     """The writer for `df.writeStream.format("onceflow")` (called by
     OnceflowDataSource.streamWriter). `overwrite` is Spark's complete output mode: as with
     Spark's Kafka sink, the whole result table is appended in every micro-batch."""
-    return OnceflowStreamWriter(sink_config(options, schema))
+    return OnceflowStreamWriter(_with_atomicity(sink_config(options, schema)))
+
+
+def _with_atomicity(config: SinkConfig) -> SinkConfig:
+    """Decide the atomicity once, on the driver, at the start: a 'batch' the broker cannot
+    serve fails here; the default asks the broker (see `onceflow.spark.batch_commit`)."""
+    probe_id = config.sink_id or f"query-{uuid.uuid4()}"
+    chosen = choose_atomicity(config.atomicity, config.client_config, probe_id)
+    return dataclasses.replace(config, atomicity=chosen)

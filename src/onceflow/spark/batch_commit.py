@@ -1,0 +1,275 @@
+"""Per-batch atomicity: a micro-batch's tasks are committed all together or not at all,
+through two-phase commit (KIP-939) and Onceflow's participant client.
+
+Each task writes its rows in a 2PC transaction under its usual transactional id
+`<sinkId>-<task partition>` (the init fences and aborts every older attempt of the task) and
+prepares it; its commit message carries the prepared state. The driver's commit then:
+
+1. records its decision: an offset commit of group `onceflow-sink-decisions-<sinkId>` on the
+   ledger topic, offset `batchId + 1`, metadata the owner (query id) and every task's
+   prepared state. An OffsetCommit is acknowledged once replicated and is idempotent (the
+   same value written twice is one decision), and it is read back with `require_stable`;
+2. completes every task's transaction (`complete(prepared, commit=True)`).
+
+Why a dead driver is safe: Spark replays only the last batch it did not log as committed.
+If the decision is recorded (its batch id >= the replayed one), the replayed tasks do not
+init (which would abort what was decided); each completes its own listed transaction and
+writes nothing, and the driver completes every listed one again (`complete` of a finished
+transaction is a no-op for an abort and StalePreparedTransaction for a commit, which here
+means "done already"). If no decision is recorded, the replayed tasks' inits abort the
+leftovers and write the batch again. Without a decision nothing was ever committed, with one
+everything is: no batch is ever committed in part.
+
+The default atomicity is asked of the broker: an InitProducerId v6 with enable2Pc for a
+probe id `onceflow-sink-probe-<sinkId>`, refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+the switch is off or the ACL missing) or not offered (UnsupportedVersion) means per-task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
+from onceflow.client.participant import (
+    PreparedTransaction,
+    StalePreparedTransaction,
+    TwoPhaseProducer,
+    complete,
+)
+from onceflow.client.participant_link import Link, init_producer_id
+from onceflow.client.participant_state import ProducerSettings
+from onceflow.errors import ErrorCode
+from onceflow.spark.ledger import Ledger
+from onceflow.spark.options import OptionError
+
+__all__ = [
+    "DECISIONS_PREFIX",
+    "Atomicity",
+    "Decision",
+    "DecisionLog",
+    "ParticipantRows",
+    "broker_has_two_phase_commit",
+    "choose_atomicity",
+    "complete_all",
+    "not_open",
+    "participant_settings",
+    "prepared_of",
+    "read_decision",
+]
+
+log = logging.getLogger(__name__)
+
+Atomicity = Literal["batch", "task"]
+DECISIONS_PREFIX = "decisions-"
+# Kafka's offset.metadata.max.bytes default: a decision must fit in an offset's metadata.
+MAX_DECISION_BYTES = 4096
+# How long the probe at the start waits for the broker.
+PROBE_TIMEOUT_MS = 15_000
+# Client settings the participant client cannot take; batch atomicity refuses them.
+_SECURITY_KEYS = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "ssl.ca.location")
+
+
+def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[str, object]]:
+    """Bootstrap servers and settings for the participant client. It speaks PLAINTEXT here:
+    a secured cluster is refused with a clear error rather than half-configured."""
+    for key in _SECURITY_KEYS:
+        value = client_config.get(key, "")
+        if value and value.strip().lower() != "plaintext":
+            raise OptionError(
+                f"atomicity 'batch' does not support 'kafka.{key}' yet; use atomicity 'task'"
+            )
+    return client_config["bootstrap.servers"], {"client.id": "onceflow-sink"}
+
+
+def broker_has_two_phase_commit(client_config: Mapping[str, str], sink_id: str) -> bool:
+    """True when an InitProducerId v6 with enable2Pc is accepted for a probe id."""
+    bootstrap, settings = participant_settings(client_config)
+    settings |= {"delivery.timeout.ms": PROBE_TIMEOUT_MS, "request.timeout.ms": PROBE_TIMEOUT_MS}
+    probe = TwoPhaseProducer(bootstrap, f"onceflow-sink-probe-{sink_id}", **settings)
+    try:
+        probe.init()
+        return True
+    except UnsupportedVersion:
+        return False
+    except KafkaApiError as exc:
+        if exc.code in (
+            ErrorCode.transactional_id_authorization_failed,
+            ErrorCode.unsupported_version,
+        ):
+            return False
+        raise
+    finally:
+        probe.close()
+
+
+def choose_atomicity(
+    asked: Atomicity | None, client_config: Mapping[str, str], sink_id: str
+) -> Atomicity:
+    """The atomicity to use: `asked`, checked, or the strongest the broker supports."""
+    if asked == "task":
+        chosen: Atomicity = "task"
+    elif asked == "batch":
+        if not broker_has_two_phase_commit(client_config, sink_id):
+            raise OptionError(
+                "atomicity 'batch' needs a broker with two-phase commit (KIP-939): "
+                "InitProducerId v6 with enable2Pc and 'transaction.two.phase.commit.enable="
+                "true', and TWO_PHASE_COMMIT on the sink's transactional ids; this broker "
+                "refused it. Use atomicity 'task' (per-task transactions)"
+            )
+        chosen = "batch"
+    else:
+        try:
+            supported = broker_has_two_phase_commit(client_config, sink_id)
+        except OptionError:
+            supported = False
+        except Unreachable as exc:
+            log.warning("onceflow sink '%s': cannot ask the broker (%s)", sink_id, exc)
+            supported = False
+        chosen = "batch" if supported else "task"
+    log.info("onceflow sink '%s': atomicity per %s", sink_id, chosen)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A recorded commit decision: the batch, the query that made it, and every task's
+    prepared transaction by task partition."""
+
+    batch_id: int
+    owner: str
+    prepared: Mapping[int, PreparedTransaction]
+
+    def encode(self, sink_id: str) -> str:
+        tasks = {str(p): [t.producer_id, t.producer_epoch] for p, t in self.prepared.items()}
+        text = json.dumps({"o": self.owner, "t": tasks}, separators=(",", ":"))
+        if len(text.encode()) > MAX_DECISION_BYTES:
+            raise RuntimeError(
+                f"sink '{sink_id}' batch {self.batch_id}: the decision of {len(tasks)} tasks "
+                f"does not fit in an offset's metadata ({MAX_DECISION_BYTES} bytes); write "
+                f"with fewer partitions or use atomicity 'task'"
+            )
+        return text
+
+    @classmethod
+    def decode(cls, sink_id: str, next_batch: int, text: str) -> Decision:
+        value = json.loads(text)
+        prepared = {
+            int(p): PreparedTransaction(f"{sink_id}-{p}", int(pid), int(epoch))
+            for p, (pid, epoch) in value["t"].items()
+        }
+        return cls(next_batch - 1, str(value["o"]), prepared)
+
+
+class DecisionLog:
+    """The last commit decision of a sink, kept as a committed offset on the ledger topic
+    (see the module doc)."""
+
+    def __init__(
+        self, client_config: Mapping[str, str], topic: str, sink_id: str, timeout_s: float
+    ):
+        self.sink_id = sink_id
+        self._ledger = Ledger(client_config, topic, DECISIONS_PREFIX + sink_id, timeout_s, log)
+
+    def last(self) -> Decision | None:
+        self._ledger.ensure_topic()
+        entry = self._ledger.read()
+        if entry is None:
+            return None
+        return Decision.decode(self.sink_id, entry.next_batch, entry.owner)
+
+    def record(self, decision: Decision) -> None:
+        self._ledger.ensure_topic()
+        self._ledger.record(decision.batch_id, decision.encode(self.sink_id))
+
+    def close(self) -> None:
+        self._ledger.close()
+
+
+def not_open(
+    client_config: Mapping[str, str], prepared: Iterable[PreparedTransaction]
+) -> list[PreparedTransaction]:
+    """The prepared transactions that are no longer open, asked before the decision: a
+    speculative attempt's init aborts the transaction of the attempt Spark chose when it
+    comes after that attempt's prepare. The question (InitProducerId with keepPreparedTxn)
+    fences the tasks and keeps their transactions for `complete`."""
+    bootstrap, settings = participant_settings(client_config)
+    options = ProducerSettings.of(settings)
+    link = Link(bootstrap, options)
+    gone = []
+    try:
+        for txn in prepared:
+            kept = init_producer_id(link, txn.transactional_id, options, keep=True)
+            if (kept.ongoing_producer_id, kept.ongoing_epoch) != (
+                txn.producer_id,
+                txn.producer_epoch,
+            ):
+                gone.append(txn)
+            link.coordinator_moved()  # each id has a coordinator of its own
+    finally:
+        link.close()
+    return gone
+
+
+def complete_all(
+    client_config: Mapping[str, str],
+    prepared: Iterable[PreparedTransaction],
+    commit: bool,
+    after_each: Callable[[PreparedTransaction], None] | None = None,
+) -> None:
+    """Complete every transaction. A commit found done already (stale) is done: the
+    decision was recorded before any completion, so nobody could have aborted it but an
+    attempt of a later batch, which starts only after this batch's completions."""
+    bootstrap, settings = participant_settings(client_config)
+    for txn in prepared:
+        try:
+            complete(txn, commit, bootstrap, **settings)
+        except StalePreparedTransaction:
+            log.info("%s: completed already", txn.transactional_id)
+        if after_each is not None:
+            after_each(txn)
+
+
+def prepared_of(messages: Sequence[object]) -> dict[int, PreparedTransaction]:
+    """The prepared transactions the tasks' commit messages carry, by task partition."""
+    out: dict[int, PreparedTransaction] = {}
+    for m in messages:
+        text = getattr(m, "prepared", None)
+        if text:
+            out[int(getattr(m, "partition", -1))] = PreparedTransaction.from_json(text)
+    return out
+
+
+class ParticipantRows:
+    """The participant producer behind the sink's produce loop (which speaks
+    confluent-kafka's `produce(topic, value, key, partition, headers=...)` and `poll`)."""
+
+    def __init__(self, producer: TwoPhaseProducer) -> None:
+        self._producer = producer
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        partition: int = -1,
+        headers: list[tuple[str, bytes | str | None]] | None = None,
+    ) -> None:
+        self._producer.produce(topic, value, key, None if partition < 0 else partition, headers)
+
+    def poll(self, _timeout: float) -> int:
+        return 0  # the participant sends on its own thread
+
+
+def read_decision(
+    client_config: Mapping[str, str], topic: str, sink_id: str, timeout_s: float
+) -> Decision | None:
+    """The sink's last recorded commit decision, if any."""
+    decisions = DecisionLog(client_config, topic, sink_id, timeout_s)
+    try:
+        return decisions.last()
+    finally:
+        decisions.close()
