@@ -164,7 +164,7 @@ class FakeLink:
 
     def __init__(self, connection: FakeConnection) -> None:
         self.connection = connection
-        self.cluster = types.SimpleNamespace(node=lambda leader: self.connection)
+        self.wire = types.SimpleNamespace(node=lambda leader: self.connection)
         self.forgotten: list[str] = []
         self.resets = 0
 

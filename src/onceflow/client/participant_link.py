@@ -65,7 +65,7 @@ class Link:
         self.partitions: dict[str, dict[int, int]] = {}  # topic -> partition -> leader
 
     @property
-    def cluster(self) -> Cluster:
+    def wire(self) -> Cluster:
         if self._cluster is None:
             self._cluster = Cluster(self.bootstrap, self.timeout_s, self.security)
         return self._cluster
@@ -82,7 +82,7 @@ class Link:
 
     def coordinator(self, transactional_id: str) -> Connection:
         if self._coordinator is None:
-            _, self._coordinator = self.cluster.transaction_coordinator(transactional_id)
+            _, self._coordinator = self.wire.transaction_coordinator(transactional_id)
         return self._coordinator
 
     def coordinator_moved(self) -> None:
@@ -92,7 +92,7 @@ class Link:
         """Partition -> leader of `topic`, from Metadata when not known yet."""
         known = self.partitions.get(topic)
         if known is None:
-            metadata = self.cluster.metadata([topic])
+            metadata = self.wire.metadata([topic])
             error = metadata.topic_errors.get(topic)
             if error is not None:
                 raise KafkaApiError(error, f"topic {topic}: {ErrorCode(error).name.upper()}")

@@ -103,7 +103,7 @@ class Sender:
                 by_leader[leader].append(batch)
         for leader, batches in by_leader.items():
             try:
-                connection = self.link.cluster.node(leader)
+                connection = self.link.wire.node(leader)
                 v = version(connection, ApiKey.PRODUCE, *PRODUCE_VERSIONS)
                 answer = connection.call_at(ApiKey.PRODUCE, v, self._request(v, batches))
             except Unreachable:
