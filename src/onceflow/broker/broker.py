@@ -20,11 +20,17 @@ from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConf
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
-from onceflow.broker.topics import INTERNAL_TOPICS, CreatedTopic, validate_topic_name
+from onceflow.broker.topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
+    CreatedTopic,
+    validate_topic_name,
+)
 from onceflow.broker.topology.base import NO_LEADER, PartitionView, Topology
 from onceflow.broker.topology.standalone import StandaloneTopology
 from onceflow.broker.topology.zookeeper import ZkTopology
-from onceflow.broker.writes import OFFSETS_TOPIC, TXN_TOPIC, Writes
+from onceflow.broker.writes import Writes
 from onceflow.clock import Clock, SystemClock
 from onceflow.cluster.assignment import assign_replicas
 from onceflow.config import BrokerConfig, ConfigError

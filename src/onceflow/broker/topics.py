@@ -10,7 +10,9 @@ from onceflow.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+OFFSETS_TOPIC = "__consumer_offsets"
+TXN_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
 
 
 class CreatedTopic(NamedTuple):

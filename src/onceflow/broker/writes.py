@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from onceflow.broker.purgatory import FetchPurgatory
+from onceflow.broker.topics import OFFSETS_TOPIC, TXN_TOPIC
 from onceflow.broker.topology.base import NO_LEADER, Topology
 from onceflow.broker.verification import RemoteVerification
 from onceflow.config import BrokerConfig
@@ -36,8 +37,6 @@ from onceflow.storage.producer_state import NO_TXN
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TXN_TOPIC = "__transaction_state"
 #: How long the coordinators' own writes wait to be replicated (offsets.commit.timeout.ms).
 INTERNAL_WRITE_TIMEOUT_MS = 5000
 

@@ -22,12 +22,11 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
-from onceflow.broker.topics import INTERNAL_TOPICS
+from onceflow.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _NO_THROTTLE = datetime.timedelta(0)
 TXN_DENIED = ErrorCode.transactional_id_authorization_failed
 _END_TXN_BUMPING = 5  # EndTxn v5: transaction version 2

@@ -23,6 +23,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.topics import OFFSETS_TOPIC
 from onceflow.client_regex import ClientRegex, PatternError
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.errors import ErrorCode, KafkaError
@@ -38,7 +39,6 @@ MARKER_TIMEOUT_MS = 30_000
 __all__ = ["HANDLERS", "WRITE_TXN_MARKERS"]
 
 WRITE_TXN_MARKERS = 27  # Kafka's API key (an inter-broker API that admin clients also send)
-OFFSETS_TOPIC = "__consumer_offsets"
 NO_THROTTLE = datetime.timedelta(0)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _STATES_BY_NAME = {state.display: state for state in TxnState}

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_TOPIC,
     CreatedTopic,
     partition_count_message,
     validate_topic_name,
@@ -118,12 +120,12 @@ class StandaloneTopology:
         epoch = self._next_leader_epoch()
         for topic, partitions, segment_bytes in (
             (
-                "__consumer_offsets",
+                OFFSETS_TOPIC,
                 config.offsets_topic_num_partitions,
                 config.offsets_topic_segment_bytes,
             ),
             (
-                "__transaction_state",
+                TXN_TOPIC,
                 config.transaction_state_log_num_partitions,
                 config.transaction_state_log_segment_bytes,
             ),

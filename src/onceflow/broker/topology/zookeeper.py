@@ -16,7 +16,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, ZkDynamicConfigStore
 from onceflow.broker.inter_broker import InterBroker
 from onceflow.broker.security import SecurityState
-from onceflow.broker.topics import CreatedTopic, partition_count_message
+from onceflow.broker.topics import (
+    INTERNAL_TOPICS,
+    TXN_TOPIC,
+    CreatedTopic,
+    partition_count_message,
+)
 from onceflow.broker.topology.base import (
     ElectionResult,
     PartitionView,
@@ -56,7 +61,7 @@ _TIMED_OUT = ErrorCode.request_timed_out
 #: How long CreateTopics waits for the controller to elect the new partitions' leaders.
 CREATE_WAIT_S = 10.0
 #: The internal topics, whose replication factor is capped and min ISR set on creation.
-CLUSTER_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+CLUSTER_INTERNAL_TOPICS = INTERNAL_TOPICS
 
 
 class ClusterStartupError(Exception):
@@ -152,7 +157,7 @@ class ZkTopology:
 
     def _min_isr(self, topic: str, configs: Mapping[str, str]) -> int:
         config = self._config()  # with the dynamic broker configs, which may change
-        if topic == "__transaction_state" and "min.insync.replicas" not in configs:
+        if topic == TXN_TOPIC and "min.insync.replicas" not in configs:
             return config.transaction_state_log_min_isr
         if "min.insync.replicas" not in configs:
             return config.min_insync_replicas
