@@ -59,6 +59,7 @@ from onceflow.client.participant_group import (
 from onceflow.client.participant_link import Link, init_producer_id
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
+from onceflow.security.client_config import ClientSecurity
 from onceflow.spark.ledger import Ledger
 from onceflow.spark.options import OptionError
 
@@ -88,27 +89,27 @@ DECISIONS_PREFIX = "decisions-"
 MAX_DECISION_BYTES = 4096
 # How long the probe at the start waits for the broker.
 PROBE_TIMEOUT_MS = 15_000
-# Client settings the participant client cannot take; batch atomicity refuses them.
-_SECURITY_KEYS = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "ssl.ca.location")
 
 
 def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[str, object]]:
-    """Bootstrap servers and settings for the participant client. It speaks PLAINTEXT here:
-    a secured cluster is refused with a clear error rather than half-configured."""
-    for key in _SECURITY_KEYS:
-        value = client_config.get(key, "")
-        if value and value.strip().lower() != "plaintext":
-            raise OptionError(
-                f"atomicity 'batch' does not support 'kafka.{key}' yet; use atomicity 'task'"
-            )
-    return client_config["bootstrap.servers"], {"client.id": "onceflow-sink"}
+    """Bootstrap servers and settings for the participant client: the sink's own security
+    settings (`kafka.security.protocol`, `kafka.ssl.*`, `kafka.sasl.*`, by librdkafka's or
+    Java's names) become its TLS and SASL."""
+    try:
+        security = ClientSecurity.from_properties(client_config)
+    except ValueError as exc:
+        raise OptionError(f"the sink's security settings: {exc}") from None
+    settings: dict[str, object] = {"client.id": "onceflow-sink"}
+    if security.uses_tls or security.uses_sasl:
+        settings["security"] = security
+    return client_config["bootstrap.servers"], settings
 
 
 def broker_has_two_phase_commit(client_config: Mapping[str, str], sink_id: str) -> bool:
     """True when an InitProducerId v6 with enable2Pc is accepted for a probe id."""
     bootstrap, settings = participant_settings(client_config)
     settings |= {"delivery.timeout.ms": PROBE_TIMEOUT_MS, "request.timeout.ms": PROBE_TIMEOUT_MS}
-    probe = TwoPhaseProducer(bootstrap, f"onceflow-sink-probe-{sink_id}", **settings)
+    probe = TwoPhaseProducer(bootstrap, _probe_id(sink_id), **settings)
     try:
         probe.init()
         return True
@@ -155,17 +156,32 @@ def choose_atomicity(
 
 def colocation(client_config: Mapping[str, str], sink_id: str) -> int | None:
     """The `__transaction_state` partition count to colocate the tasks' ids with, when the
-    broker completes several transactions in one request; None when it does not."""
+    broker completes several transactions in one request; None when it does not, or the
+    count cannot be read (it needs DESCRIBE on that topic)."""
     bootstrap, settings = participant_settings(client_config)
-    if not supports_complete_together(bootstrap, sink_id, **settings):
+    try:
+        if not supports_complete_together(bootstrap, _probe_id(sink_id), **settings):
+            log.warning(
+                "onceflow sink '%s': the broker completes prepared transactions one at a "
+                "time (no CompleteTransactions): a reader may see part of a micro-batch "
+                "while the driver completes it",
+                sink_id,
+            )
+            return None
+        return transaction_log_partition_count(bootstrap, **settings)
+    except KafkaApiError as exc:
         log.warning(
-            "onceflow sink '%s': the broker completes prepared transactions one at a time "
-            "(no CompleteTransactions): a reader may see part of a micro-batch while the "
-            "driver completes it",
+            "onceflow sink '%s': cannot learn how many partitions __transaction_state has "
+            "(%s; DESCRIBE on that topic lets it): the driver completes a micro-batch's "
+            "transactions one by one, and a reader may see part of it meanwhile",
             sink_id,
+            exc,
         )
         return None
-    return transaction_log_partition_count(bootstrap, **settings)
+
+
+def _probe_id(sink_id: str) -> str:
+    return f"onceflow-sink-probe-{sink_id}"
 
 
 def task_transactional_id(sink_id: str, partition: int, colocated: int | None) -> str:
