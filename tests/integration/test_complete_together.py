@@ -62,21 +62,25 @@ def prepare_writers(bootstrap: str, topic: str, name: str) -> list[PreparedTrans
     return prepared
 
 
-def stable_offsets(bootstrap: str, topic: str) -> tuple[int, ...]:
+def look(conn: RawConnection, topic: str) -> tuple[int, ...]:
     """Each partition's last stable offset, from one read_committed Fetch of them all."""
-    with RawConnection(bootstrap) as conn:
-        answer = conn.call(
-            fetch_request(
-                topic,
-                {p: (0, -1) for p in range(PARTITIONS)},
-                isolation_level=1,
-                max_wait_ms=0,
-                max_bytes=1,
-            )
+    answer = conn.call(
+        fetch_request(
+            topic,
+            {p: (0, -1) for p in range(PARTITIONS)},
+            isolation_level=1,
+            max_wait_ms=0,
+            max_bytes=1,
         )
+    )
     parts = sorted(answer.responses[0].partitions, key=lambda p: p.partition_index)
     assert all(p.error_code == ErrorCode.none for p in parts), parts
     return tuple(int(p.last_stable_offset) for p in parts)
+
+
+def stable_offsets(bootstrap: str, topic: str) -> tuple[int, ...]:
+    with RawConnection(bootstrap) as conn:
+        return look(conn, topic)
 
 
 @contextlib.contextmanager
@@ -89,17 +93,7 @@ def sampling(bootstrap: str, topic: str) -> Iterator[list[tuple[int, ...]]]:
     def run() -> None:
         with RawConnection(bootstrap) as conn:
             while not stop.is_set():
-                answer = conn.call(
-                    fetch_request(
-                        topic,
-                        {p: (0, -1) for p in range(PARTITIONS)},
-                        isolation_level=1,
-                        max_wait_ms=0,
-                        max_bytes=1,
-                    )
-                )
-                parts = sorted(answer.responses[0].partitions, key=lambda p: p.partition_index)
-                samples.append(tuple(int(p.last_stable_offset) for p in parts))
+                samples.append(look(conn, topic))
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -13,18 +13,16 @@ directly in test_sink_batch_recovery.py.)"""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.broker import BrokerProcess, die_with_parent
+from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
 from tests.helpers.txn import end_offsets, wait_for
 from tests.spark.conftest import Kafka
 from tests.spark.test_sink_batch_atomicity import Observer, check_looks
+from tests.spark.test_sink_batch_driver_kill import run_driver
 from tests.spark.test_sink_replay import assert_exactly_once, committed_values, write_lines
 
 pytestmark = pytest.mark.slow
@@ -127,21 +125,10 @@ def test_a_write_task_killed_mid_write_is_run_again_and_the_batch_stays_whole(
     }
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "driver.py").write_text(DRIVER)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-
     observer = Observer(bootstrap, topic, ROWS)
     observer.start()
     try:
-        run = subprocess.run(
-            [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "cfg.json")],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=DRIVER_TIMEOUT_S,
-            preexec_fn=die_with_parent,
-            start_new_session=True,
-        )
+        run = run_driver(tmp_path)
         assert marker.exists(), f"no task was killed:\n{run.stderr[-4000:]}"
         assert run.returncode == 0, f"the query failed:\n{run.stderr[-6000:]}"
         wait_for(
