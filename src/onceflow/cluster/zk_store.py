@@ -189,6 +189,22 @@ class ZkMetadataStore:
                 continue
             return data, int(stat.version)
 
+    def children(self, path: str) -> list[str]:
+        """A znode's children, sorted; none when it does not exist."""
+        try:
+            return sorted(self._zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    def create_sequential(self, prefix: str, data: bytes) -> str:
+        """A persistent sequential znode `prefix<10 digits>` (parents made); its path."""
+        return str(self._zk.create(prefix, data, sequence=True, makepath=True))
+
+    def delete(self, path: str) -> None:
+        """Delete a childless znode; gone already is fine."""
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(path)
+
     def topic_configs(self, topic: str) -> tuple[dict[str, str], int]:
         """A topic's config overrides and their znode version (-1: none written)."""
         found = self.read(topic_config_path(topic))

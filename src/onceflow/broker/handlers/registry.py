@@ -5,6 +5,7 @@ from __future__ import annotations
 from onceflow.broker.handlers import (
     acls,
     admin,
+    client_quotas,
     cluster_info,
     configs,
     consumer_groups,
@@ -50,6 +51,7 @@ HANDLERS: dict[int, Handler] = {
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **scram.HANDLERS,
+    **client_quotas.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

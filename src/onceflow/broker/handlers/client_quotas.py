@@ -1,0 +1,97 @@
+"""DescribeClientQuotas (48) and AlterClientQuotas (49): KIP-546's client quota API.
+
+As Kafka's KafkaApis and ZooKeeper-era admin manager answer them: describing needs
+DESCRIBE_CONFIGS on the cluster and altering ALTER_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED,
+for the whole response or for every entry); a bad filter fails the whole description with
+INVALID_REQUEST, a bad entry (an unknown entity type or key, a fraction for a byte rate)
+only itself. Values are doubles on the wire; a quota the broker keeps is in force on every
+broker once the answer is sent here and once their watches see it on a cluster.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from onceflow.broker.handlers import authz
+from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.quota_entities import FilterComponent, parse_entity
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.security.acl import AclOperation
+
+_NO_TIME = datetime.timedelta(0)
+_DENIED = authz.DENIED_MESSAGES[ErrorCode.cluster_authorization_failed]
+
+
+async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return ctx.response(
+            throttle_time=_NO_TIME,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=_DENIED,
+            entries=None,
+        )
+    components = [
+        FilterComponent(c.entity_type, int(c.match_type), c.match) for c in request.components
+    ]
+    try:
+        found = ctx.broker.client_quotas.describe(components, bool(request.strict))
+    except KafkaError as exc:
+        return ctx.response(
+            throttle_time=_NO_TIME,
+            error_code=exc.code,
+            error_message=exc.message,
+            entries=None,
+        )
+    entries = tuple(
+        ctx.entity(
+            "EntryData",
+            entity=tuple(
+                ctx.entity("EntityData", entity_type=kind, entity_name=name)
+                for kind, name in entity.components()
+            ),
+            values=tuple(
+                ctx.entity("ValueData", key=key, value=value)
+                for key, value in sorted(values.items())
+            ),
+        )
+        for entity, values in found
+    )
+    return ctx.response(
+        throttle_time=_NO_TIME, error_code=ErrorCode.none, error_message=None, entries=entries
+    )
+
+
+async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    authorized = authz.cluster_authorized(ctx, AclOperation.ALTER_CONFIGS)
+    results = []
+    for entry in request.entries:
+        error, message = ErrorCode.none, None
+        if not authorized:
+            error, message = ErrorCode.cluster_authorization_failed, _DENIED
+        else:
+            try:
+                entity = parse_entity((e.entity_type, e.entity_name) for e in entry.entity)
+                ops = [(op.key, float(op.value), bool(op.remove)) for op in entry.ops]
+                await ctx.broker.client_quotas.alter(entity, ops, bool(request.validate_only))
+            except KafkaError as exc:
+                error, message = exc.code, exc.message
+        results.append(
+            ctx.entity(
+                "EntryData",
+                error_code=error,
+                error_message=message,
+                entity=tuple(
+                    ctx.entity("EntityData", entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in entry.entity
+                ),
+            )
+        )
+    return ctx.response(throttle_time=_NO_TIME, entries=tuple(results))
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
+}
