@@ -91,6 +91,12 @@ class QuotaSensor:
             delay = min(delay, bound_ms)
         return delay
 
+    def delay_ms(self, now_ms: int) -> int:
+        """The throttle time the rate earns as it stands."""
+        return throttle_ms(
+            self.rate.per_second(now_ms), self.limit, self.rate.window_size_ms(now_ms)
+        )
+
     def unrecord(self, value: float, now_ms: int) -> None:
         self.rate.record(-value, now_ms)
         self.recorded_total -= value

@@ -158,6 +158,17 @@ class ClientQuotas:
     ) -> tuple[int, QuotaSensor | None]:
         return self.record(QuotaType.REQUEST, principal, client_id, seconds * PERCENT_PER_SECOND)
 
+    def over_quota(
+        self, quota_type: QuotaType, principal: str, client_id: str
+    ) -> tuple[int, QuotaSensor | None]:
+        """How long until the client's budget is back within its quota, recording nothing
+        (0 when it is within now), and the budget's sensor."""
+        bound = self.bound(quota_type, principal, client_id) if self.enforces(quota_type) else None
+        if bound is None:
+            return 0, None
+        sensor = self.sensor(quota_type, bound)
+        return sensor.delay_ms(self.clock.monotonic_ms()), sensor
+
     def unrecord(self, sensor: QuotaSensor, value: float) -> None:
         sensor.unrecord(value, self.clock.monotonic_ms())
 

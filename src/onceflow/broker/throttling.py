@@ -2,8 +2,13 @@
 put the throttle time it earned in the response, and say how long to mute the connection.
 
 As Kafka does: a produce's bytes are its request's, a consumer fetch's its response's; a
-fetch over its budget is answered empty (and its bytes taken back, so the client gets the
-records after the pause) instead of being sent; every request but the exempt ones counts
+fetch of a client over its budget is answered empty, its records not counted, so the client
+gets them after the pause. Better than Kafka, which decides that after counting the
+response: a fetch of a client within its budget is sent even when it takes the budget over
+(with the throttle time it earns), as a produce is, and an empty answer's throttle time is
+how long the budget needs to be within again, not that plus the refused records' share.
+On Kafka a batch bigger than the budget's window stalls its consumer for ever, and a
+consumer is paused about twice as long as its quota asks. Every request but the exempt ones counts
 its handler time against `request_percentage`. The response leaves at once; the connection
 then reads nothing more from the client for the throttle time, so a client that ignores
 `throttle_time_ms` is held back all the same.
@@ -67,14 +72,16 @@ def apply_quotas(
         if byte_delay > delay:
             delay, sensor = byte_delay, byte_sensor
     elif api_key == ApiKey.FETCH and isinstance(result, RawBody):
-        size = _size(result)
-        byte_delay, byte_sensor = quotas.record(QuotaType.FETCH, principal, client_id, size)
-        if byte_sensor is not None and max(byte_delay, delay) > 0:
-            quotas.unrecord(byte_sensor, size)  # the records are not sent: not counted
+        over_ms, byte_sensor = quotas.over_quota(QuotaType.FETCH, principal, client_id)
+        if over_ms > 0:  # over its budget already: the records wait, nothing is counted
+            if over_ms > delay:
+                delay, sensor = over_ms, byte_sensor
+            return _empty_fetch(ctx, delay), _counted(sensor, delay)
+        byte_delay, byte_sensor = quotas.record(
+            QuotaType.FETCH, principal, client_id, _size(result)
+        )
         if byte_delay > delay:
             delay, sensor = byte_delay, byte_sensor
-        if delay > 0:
-            return _empty_fetch(ctx, delay), _counted(sensor, delay)
     if delay <= 0:
         return result, 0
     return with_throttle(result, delay), _counted(sensor, delay)
