@@ -161,11 +161,11 @@ def apply_ops(current: Mapping[str, float], ops: Iterable[tuple[str, float, bool
         if key in seen:
             raise _invalid(f"Duplicate quota key {key}")
         seen.add(key)
-        if key not in QUOTA_KEYS:
-            raise _invalid(f"Invalid configuration key {key}")
-        if remove:
+        if remove:  # removing what is not there (even an unknown key) changes nothing
             values.pop(key, None)
             continue
+        if key not in QUOTA_KEYS:
+            raise _invalid(f"Invalid configuration key {key}")
         if not math.isfinite(value) or value <= 0:
             raise _invalid(f"Configuration {key} must be a positive value, not {value}")
         if QUOTA_KEYS[key]:
@@ -201,10 +201,17 @@ def check_filter(components: Iterable[FilterComponent]) -> list[FilterComponent]
         if component.entity_type in seen:
             raise _invalid(f"Duplicate {component.entity_type} filter component entity type")
         seen.add(component.entity_type)
+        if component.entity_type not in (USER, CLIENT_ID, IP):
+            raise KafkaError(
+                ErrorCode.unsupported_version,
+                f"Unsupported quota entity type {component.entity_type}",
+            )
         if component.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
             raise _invalid(f"Unknown match type: {component.match_type}")
         if component.match_type == MATCH_EXACT and component.match is None:
             raise _invalid(f"Exact match of {component.entity_type} needs a name")
+        if component.match_type != MATCH_EXACT and component.match is not None:
+            raise _invalid(f"Only an exact match of {component.entity_type} takes a name")
         checked.append(component)
     if IP in seen and len(seen) > 1:
         raise _invalid("Invalid entity filter component combination: ip with user or client-id")
