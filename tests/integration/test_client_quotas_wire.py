@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kio.schema.describe_client_quotas.v0 import request as describe_v0
+from kio.schema.metadata.v12 import request as metadata_v12
 
 from onceflow.client.cluster import Cluster
 from onceflow.client.errors import KafkaApiError
@@ -26,11 +27,12 @@ from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic, topic_name
 from tests.helpers.secure import start_secure_broker
-from tests.helpers.wire import RawConnection, produce_request
+from tests.helpers.wire import RawConnection, produce_request, request_frame
 
 ALICE_APP = (("user", "alice"), ("client-id", "app"))
 DEFAULT_CLIENT = (("client-id", None),)
 ALICE = (("user", "alice"),)
+RAW_CLIENT = (("client-id", "raw-test"),)  # the client id RawConnection sends
 Entity = tuple[tuple[str, str | None], ...]
 
 
@@ -187,3 +189,42 @@ def test_cluster_acls_guard_both_apis(tmp_path: Path) -> None:
             assert describe_client_quotas(conn, []) == {ALICE: {"producer_byte_rate": 1.0}}
     finally:
         secure.process.close()
+
+
+@pytest.mark.broker_overrides({"quota.window.num": "3"})
+def test_request_percentage_throttles_at_most_one_window(
+    broker: BrokerProcess, cluster: Cluster
+) -> None:
+    """0.01 % of a thread is 0.1 ms of handler time a second: a few Metadata requests
+    exceed it, and the throttle is bounded at one window (1 s), as Kafka bounds it."""
+    quota = {RAW_CLIENT: {"request_percentage": 0.01}}
+    assert _codes(alter_client_quotas(cluster.bootstrap, quota)) == {RAW_CLIENT: None}
+    throttles = []
+    with RawConnection(broker.bootstrap) as raw:
+        for _ in range(200):
+            response = raw.call(metadata_v12.MetadataRequest(
+                topics=None, allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ))  # fmt: skip
+            throttles.append(response.throttle_time.total_seconds() * 1000)
+            if throttles[-1] > 0:
+                break
+    assert throttles[-1] > 0, "200 Metadata requests were never throttled"
+    assert throttles[-1] <= 1000
+
+
+def test_bad_quota_requests_get_errors_or_a_closed_connection(
+    broker: BrokerProcess, cluster: Cluster
+) -> None:
+    empty = alter_client_quotas(
+        cluster.bootstrap, {(("client-id", ""),): {"producer_byte_rate": 1}}
+    )
+    assert _codes(empty) == {(("client-id", ""),): "INVALID_REQUEST"}
+    with pytest.raises(KafkaApiError) as caught:
+        describe_client_quotas(cluster.bootstrap, [("topic", MATCH_ANY, None)])
+    assert caught.value.code == ErrorCode.unsupported_version
+    with RawConnection(broker.bootstrap) as raw:
+        # DescribeClientQuotas v1 with a null components array (compact length 0).
+        raw.send_bytes(request_frame(48, 1, 1, b"\x00\x00\x00", flexible=True))
+        assert raw.closed_by_peer()
+    assert describe_client_quotas(cluster.bootstrap, []) == {}  # the broker serves on

@@ -136,6 +136,8 @@ def parse_entity(components: Iterable[tuple[str, str | None]]) -> QuotaEntity:
         if kind in seen:
             raise _invalid(f"Duplicate {kind} entity type")
         seen.add(kind)
+        if name == "":  # no znode can be named so; Kafka's ZooKeeper path fails on it too
+            raise _invalid(f"Empty {kind} entity name")
         part: Name = DEFAULT if name is None else name
         if kind == USER:
             user = part

@@ -16,7 +16,7 @@ from typing import Any
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.quota_entities import FilterComponent, parse_entity
-from onceflow.errors import ErrorCode, KafkaError
+from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation
 
@@ -25,6 +25,8 @@ _DENIED = authz.DENIED_MESSAGES[ErrorCode.cluster_authorization_failed]
 
 
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    if request.components is None:  # a null array: Kafka's parser refuses the request
+        raise ProtocolError("malformed DescribeClientQuotas request: null components")
     if not authz.cluster_authorized(ctx, AclOperation.DESCRIBE_CONFIGS):
         return ctx.response(
             throttle_time=_NO_TIME,
@@ -64,6 +66,8 @@ async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> An
 
 
 async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
+    if request.entries is None or any(e.entity is None or e.ops is None for e in request.entries):
+        raise ProtocolError("malformed AlterClientQuotas request: a null array")
     authorized = authz.cluster_authorized(ctx, AclOperation.ALTER_CONFIGS)
     results = []
     for entry in request.entries:
