@@ -57,7 +57,14 @@ def test_a_producer_over_its_rate_is_throttled_and_another_is_not(broker: Broker
             "throttle_cb": lambda event: throttles.append(event.throttle_time),
         }
     )
-    quiet = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "quiet"})
+    quiet_throttles: list[float] = []
+    quiet = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "client.id": "quiet",
+            "throttle_cb": lambda event: quiet_throttles.append(event.throttle_time),
+        }
+    )
     quiet_latencies: list[float] = []
     payload = b"x" * 1000
     start = time.monotonic()
@@ -79,9 +86,12 @@ def test_a_producer_over_its_rate_is_throttled_and_another_is_not(broker: Broker
     noisy.flush(5)
     assert 0.5 * QUOTA <= rate <= 1.5 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA}"
     assert any(t > 0 for t in throttles), "librdkafka heard no throttle_time_ms"
-    # The other client id was never throttled: every record answered well within the
-    # throttle times the noisy one got (seconds).
-    assert max(quiet_latencies) < 0.5 * max(throttles), (quiet_latencies, max(throttles))
+    # The other client id was never throttled, and its records were answered well within
+    # the throttle times the noisy one got (seconds).
+    quiet.poll(0)
+    assert not any(t > 0 for t in quiet_throttles)
+    median = sorted(quiet_latencies)[len(quiet_latencies) // 2]
+    assert median < 0.5 * max(throttles), (quiet_latencies, max(throttles))
 
 
 @pytest.mark.broker_overrides(
@@ -107,6 +117,7 @@ def test_a_consumer_over_its_rate_is_throttled(broker: BrokerProcess) -> None:
             "enable.auto.commit": False,
             "throttle_cb": lambda event: throttles.append(event.throttle_time),
             "fetch.wait.max.ms": 100,
+            "max.partition.fetch.bytes": 65536,  # fine-grained: the rate converges smoothly
         }
     )
     consumer.subscribe([topic])
