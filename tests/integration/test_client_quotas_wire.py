@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 from kio.schema.describe_client_quotas.v0 import request as describe_v0
 from kio.schema.metadata.v12 import request as metadata_v12
 
@@ -26,7 +28,14 @@ from onceflow.errors import ErrorCode
 from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic, topic_name
-from tests.helpers.secure import start_secure_broker
+from tests.helpers.secure import (
+    ADMIN,
+    SecureBroker,
+    add_scram_user,
+    admin,
+    allow,
+    start_secure_broker,
+)
 from tests.helpers.wire import RawConnection, produce_request, request_frame
 
 ALICE_APP = (("user", "alice"), ("client-id", "app"))
@@ -164,8 +173,6 @@ def test_a_throttled_produce_is_answered_then_its_connection_muted(
 def test_cluster_acls_guard_both_apis(tmp_path: Path) -> None:
     """Anonymous on PLAINTEXT: without ACLs both are CLUSTER_AUTHORIZATION_FAILED; with
     DESCRIBE_CONFIGS on the cluster it may describe and still not alter."""
-    from tests.helpers.secure import allow
-
     secure = start_secure_broker(tmp_path)
     try:
         with Cluster(secure.bootstrap("PLAINTEXT"), 20.0) as cluster:
@@ -187,8 +194,40 @@ def test_cluster_acls_guard_both_apis(tmp_path: Path) -> None:
                 ALICE: None
             }
             assert describe_client_quotas(conn, []) == {ALICE: {"producer_byte_rate": 1.0}}
+            # 3 x 10 kB over the 10 s measured: alice's third goes over 2 kB/s.
+            alter_client_quotas(conn, {ALICE: {"producer_byte_rate": 2000}})
+        _user_quota_binds_the_authenticated_user(secure)
     finally:
         secure.process.close()
+
+
+def _user_quota_binds_the_authenticated_user(secure: SecureBroker) -> None:
+    """A quota of user alice (2 kB/s, set above) binds alice's SASL connections, whatever
+    their client id, and not the admin's."""
+    add_scram_user(secure, "alice", "alice-secret")
+    topic = topic_name()
+    admin_conf = secure.confluent("SASL_PLAINTEXT", *ADMIN, mechanism="PLAIN")
+    client = admin(secure)  # kept alive until its future is done
+    client.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+    allow(secure, "User:alice", "TOPIC", topic, ("WRITE", "DESCRIBE"))
+    heard: dict[str, list[float]] = {"alice": [], "admin": []}
+    for who, conf in (
+        ("alice", secure.confluent("SASL_PLAINTEXT", "alice", "alice-secret")),
+        ("admin", admin_conf),
+    ):
+        producer = Producer(
+            {
+                **conf,
+                "client.id": f"any-{who}",
+                "throttle_cb": lambda event, who=who: heard[who].append(event.throttle_time),
+            }
+        )
+        for _ in range(3):
+            producer.produce(topic, b"z" * 10_000)
+            assert producer.flush(20) == 0
+        producer.poll(0)
+    assert any(t > 0 for t in heard["alice"]), heard
+    assert not any(t > 0 for t in heard["admin"]), heard
 
 
 @pytest.mark.broker_overrides({"quota.window.num": "3"})
