@@ -60,6 +60,8 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
+    # Onceflow's own (protocol/onceflow_apis.py): far above Kafka's keys.
+    COMPLETE_TRANSACTIONS = 32000
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -114,6 +116,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.COMPLETE_TRANSACTIONS: (0, 0),
 }
 
 

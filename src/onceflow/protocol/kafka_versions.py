@@ -149,4 +149,8 @@ GAPS: dict[int, str] = {
     90: _SHARE_GROUPS,
     91: _SHARE_GROUPS,
     92: _SHARE_GROUPS,
+    32000: (
+        "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
+        "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API"
+    ),
 }
