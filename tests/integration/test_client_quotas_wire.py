@@ -267,3 +267,24 @@ def test_bad_quota_requests_get_errors_or_a_closed_connection(
         raw.send_bytes(request_frame(48, 1, 1, b"\x00\x00\x00", flexible=True))
         assert raw.closed_by_peer()
     assert describe_client_quotas(cluster.bootstrap, []) == {}  # the broker serves on
+
+
+@pytest.mark.broker_overrides({"quota.window.num": "3"})
+def test_a_client_from_before_kip_219_gets_its_throttled_response_late(
+    broker: BrokerProcess, cluster: Cluster
+) -> None:
+    """Produce v5 does not pause for throttle_time_ms itself, so Kafka sends the
+    throttled response only once the throttle time has passed; v8 gets it at once."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    quota = {RAW_CLIENT: {"producer_byte_rate": 10_000}}
+    assert _codes(alter_client_quotas(cluster.bootstrap, quota)) == {RAW_CLIENT: None}
+    with RawConnection(broker.bootstrap) as raw:
+        sent = time.monotonic()
+        correlation = raw.send_request(produce_request(topic, {0: _batch(b"x" * 40_000)}), 5)
+        response = raw.read_response(0, 5, correlation)
+        waited_ms = (time.monotonic() - sent) * 1000
+    throttle_ms = response.throttle_time.total_seconds() * 1000
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+    assert throttle_ms > 1000
+    assert waited_ms >= throttle_ms * 0.5  # loose: the hold itself is the feature

@@ -8,7 +8,9 @@ response: a fetch of a client within its budget is sent even when it takes the b
 (with the throttle time it earns), as a produce is, and an empty answer's throttle time is
 how long the budget needs to be within again, not that plus the refused records' share.
 On Kafka a batch bigger than the budget's window stalls its consumer for ever, and a
-consumer is paused about twice as long as its quota asks. Every request but the exempt ones counts
+consumer is paused about twice as long as its quota asks. A client of a Produce or Fetch
+version from before KIP-219 gets its throttled response only after the throttle time, as
+Kafka holds it. Every request but the exempt ones counts
 its handler time against `request_percentage`. The response leaves at once; the connection
 then reads nothing more from the client for the throttle time, so a client that ignores
 `throttle_time_ms` is held back all the same.
@@ -16,6 +18,7 @@ then reads nothing more from the client for the throttle time, so a client that 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import struct
@@ -31,6 +34,9 @@ from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.storage.partition_log import FileRegion
 
+#: The first version of an API whose clients pause for throttle_time_ms themselves
+#: (KIP-219); to older ones Kafka sends a throttled response only after the pause.
+CLIENT_THROTTLES_FROM: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 #: Never throttled (Kafka exempts these: the handshake, and brokers' own requests).
 EXEMPT = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.WRITE_TXN_MARKERS}
@@ -76,7 +82,7 @@ def apply_quotas(
         if over_ms > 0:  # over its budget already: the records wait, nothing is counted
             if over_ms > delay:
                 delay, sensor = over_ms, byte_sensor
-            return _empty_fetch(ctx, delay), _counted(sensor, delay)
+            return _held_if_old(ctx, _empty_fetch(ctx, delay), delay), _counted(sensor, delay)
         byte_delay, byte_sensor = quotas.record(
             QuotaType.FETCH, principal, client_id, _size(result)
         )
@@ -84,7 +90,27 @@ def apply_quotas(
             delay, sensor = byte_delay, byte_sensor
     if delay <= 0:
         return result, 0
-    return with_throttle(result, delay), _counted(sensor, delay)
+    return _held_if_old(ctx, with_throttle(result, delay), delay), _counted(sensor, delay)
+
+
+def _held_if_old(ctx: RequestContext, result: Any, delay: int) -> Any:
+    """A response to a client from before KIP-219, sent only once the throttle time has
+    passed, as Kafka does: such a client would not pause by itself."""
+    if ctx.header.api_version >= CLIENT_THROTTLES_FROM.get(ctx.header.api_key, 0):
+        return result
+    if isinstance(result, NoResponse):
+        return result
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def release() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.call_later(delay / 1000, release)
+    if isinstance(result, Deferred):
+        return Deferred([*result.waits, done], result.response, result.finish)
+    return Deferred([done], result)
 
 
 def _counted(sensor: Any, delay: int) -> int:
