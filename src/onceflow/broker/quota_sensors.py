@@ -53,8 +53,12 @@ class Rate:
         return max(elapsed, 1)
 
     def per_second(self, now_ms: int) -> float:
+        return self.measure(now_ms)[0]
+
+    def measure(self, now_ms: int) -> tuple[float, int]:
+        """The rate per second and the window size it is measured over."""
         size = self.window_size_ms(now_ms)
-        return sum(self._values) / (size / 1000.0)
+        return sum(self._values) * 1000.0 / size, size
 
     def max_in_window(self, limit: float) -> float:
         """What `limit` per second allows over the windows before the current one."""
@@ -84,18 +88,16 @@ class QuotaSensor:
         """Add `value` and return the throttle time it earns (at most `bound_ms`)."""
         self.rate.record(value, now_ms)
         self.recorded_total += value
-        delay = throttle_ms(
-            self.rate.per_second(now_ms), self.limit, self.rate.window_size_ms(now_ms)
-        )
+        rate, size = self.rate.measure(now_ms)
+        delay = throttle_ms(rate, self.limit, size)
         if bound_ms is not None:
             delay = min(delay, bound_ms)
         return delay
 
     def delay_ms(self, now_ms: int) -> int:
         """The throttle time the rate earns as it stands."""
-        return throttle_ms(
-            self.rate.per_second(now_ms), self.limit, self.rate.window_size_ms(now_ms)
-        )
+        rate, size = self.rate.measure(now_ms)
+        return throttle_ms(rate, self.limit, size)
 
     def unrecord(self, value: float, now_ms: int) -> None:
         self.rate.record(-value, now_ms)
