@@ -5,9 +5,11 @@ connection muted, and the CLUSTER ACLs Kafka checks."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -24,7 +26,10 @@ from onceflow.client.quota_admin import (
     alter_client_quotas,
     describe_client_quotas,
 )
+from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
 from onceflow.records.builder import build_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic, topic_name
@@ -288,3 +293,50 @@ def test_a_client_from_before_kip_219_gets_its_throttled_response_late(
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
     assert throttle_ms > 1000
     assert waited_ms >= throttle_ms * 0.5  # loose: the hold itself is the feature
+
+
+def _create_topics_request(version: int, names: list[str], partitions: int) -> Any:
+    topics = tuple(
+        request_entity(
+            ApiKey.CREATE_TOPICS,
+            version,
+            "CreatableTopic",
+            name=name,
+            num_partitions=partitions,
+            replication_factor=1,
+            assignments=(),
+            configs=(),
+        )
+        for name in names
+    )
+    return build(
+        request_type(ApiKey.CREATE_TOPICS, version),
+        topics=topics,
+        timeout=datetime.timedelta(seconds=10),
+        validate_only=False,
+    )
+
+
+@pytest.mark.broker_overrides({"quota.window.num": "3"})
+def test_controller_mutation_rate_refuses_strict_and_throttles_permissive(
+    broker: BrokerProcess, cluster: Cluster
+) -> None:
+    """1 partition a second with a burst of 3 (3 windows of 1 s): of three 2-partition
+    topics in a CreateTopics v7 the first two are created (the second takes the bucket
+    below zero) and the third is THROTTLING_QUOTA_EXCEEDED; a v5 request (before KIP-599's
+    strict mode) creates all its topics and is only throttled. Another client is not."""
+    quota = {RAW_CLIENT: {"controller_mutation_rate": 1}}
+    assert _codes(alter_client_quotas(cluster.bootstrap, quota)) == {RAW_CLIENT: None}
+    strict = [topic_name() for _ in range(3)]
+    with RawConnection(broker.bootstrap) as raw:
+        response = raw.call(_create_topics_request(7, strict, 2))
+    codes = [ErrorCode(t.error_code) for t in response.topics]
+    assert codes == [ErrorCode.none, ErrorCode.none, ErrorCode.throttling_quota_exceeded]
+    assert response.throttle_time.total_seconds() > 0
+    permissive = [topic_name() for _ in range(2)]
+    with RawConnection(broker.bootstrap) as raw:
+        response = raw.call(_create_topics_request(5, permissive, 2))
+    assert [ErrorCode(t.error_code) for t in response.topics] == [ErrorCode.none] * 2
+    assert response.throttle_time.total_seconds() > 1
+    create_topic(broker.bootstrap, topic_name(), 4)  # confluent-kafka's own client id
+    assert broker.internal_errors() == []

@@ -22,7 +22,7 @@ from onceflow.broker.quota_entities import (
     parse_entity,
     resolve,
 )
-from onceflow.broker.quota_sensors import QuotaSensor, Rate, throttle_ms
+from onceflow.broker.quota_sensors import QuotaSensor, Rate, TokenBucket, throttle_ms
 from onceflow.broker.quota_store import LocalQuotaStore
 from onceflow.broker.quotas import ClientQuotas, QuotaType, user_of
 from onceflow.clock import ManualClock
@@ -213,6 +213,28 @@ def test_alter_checks_before_writing_and_the_file_survives_a_reload(tmp_path: Pa
     last = ClientQuotas(LocalQuotaStore(fs, str(tmp_path)), ManualClock(), 11, 1)
     last.load()
     assert last.quotas == {} and not last.active
+
+
+def test_a_token_bucket_goes_below_zero_and_refills_at_its_rate() -> None:
+    bucket = TokenBucket(rate=2.0, burst=10.0, tokens=10.0, last_ms=0)
+    bucket.take(8, now_ms=0)
+    assert bucket.delay_ms(0) == 0  # 2 left
+    bucket.take(6, now_ms=0)  # a mutation may take it below zero: -4
+    assert bucket.delay_ms(0) == 2000  # 4 tokens at 2 a second
+    assert bucket.delay_ms(1000) == 1000
+    assert bucket.delay_ms(60_000) == 0 and bucket.tokens == 10.0  # never above the burst
+
+
+def test_mutation_buckets_follow_the_binding_entity() -> None:
+    clock = ManualClock()
+    quotas = ClientQuotas(_MemoryStore(), clock, samples=3, window_s=1)
+    assert quotas.mutation_bucket("User:a", "c") is None
+    quotas.set_all({QuotaEntity("a", None): {"controller_mutation_rate": 2.0}})
+    assert quotas.active
+    bucket = quotas.mutation_bucket("User:a", "c")
+    assert bucket is not None and bucket.burst == 6.0
+    assert quotas.mutation_bucket("User:a", "other") is bucket  # the user's one budget
+    assert quotas.mutation_bucket("User:b", "c") is None
 
 
 class _MemoryStore:

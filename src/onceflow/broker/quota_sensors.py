@@ -106,3 +106,30 @@ class QuotaSensor:
     def throttled(self, delay_ms: int) -> None:
         self.throttle_time_ms_total += delay_ms
         self.throttled_responses += 1
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """Kafka's TokenBucket (KIP-599), for controller mutations: `burst` tokens at most,
+    refilled at `rate` a second; a mutation takes as many as it creates or deletes
+    partitions, and the bucket may go below zero. Below zero it is exhausted for as long
+    as the refill takes to bring it back."""
+
+    rate: float
+    burst: float
+    tokens: float
+    last_ms: int
+
+    def _refill(self, now_ms: int) -> None:
+        elapsed_s = max(0, now_ms - self.last_ms) / 1000.0
+        self.tokens = min(self.burst, self.tokens + self.rate * elapsed_s)
+        self.last_ms = now_ms
+
+    def take(self, value: float, now_ms: int) -> None:
+        self._refill(now_ms)
+        self.tokens -= value
+
+    def delay_ms(self, now_ms: int) -> int:
+        """0 while tokens are left, else how long until the bucket is back at zero."""
+        self._refill(now_ms)
+        return 0 if self.tokens >= 0 else round(-self.tokens / self.rate * 1000)

@@ -18,6 +18,7 @@ from enum import Enum
 
 from onceflow.broker.quota_entities import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     BoundQuota,
@@ -30,7 +31,7 @@ from onceflow.broker.quota_entities import (
     matches,
     resolve,
 )
-from onceflow.broker.quota_sensors import QuotaSensor, Rate
+from onceflow.broker.quota_sensors import QuotaSensor, Rate, TokenBucket
 from onceflow.broker.quota_store import Quotas, QuotaStore
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError
@@ -67,6 +68,8 @@ class ClientQuotas:
         self.sensors: dict[tuple[QuotaType, MetricTags], QuotaSensor] = {}
         self._bound: dict[tuple[QuotaType, str, str], BoundQuota | None] = {}
         self._enforced: frozenset[QuotaType] = frozenset()
+        self.mutation_buckets: dict[MetricTags, TokenBucket] = {}
+        self._mutations_enforced = False
 
     # ---- the quotas ------------------------------------------------------------------
 
@@ -79,6 +82,7 @@ class ClientQuotas:
         self._bound.clear()
         keys = {key for values in self.quotas.values() for key in values}
         self._enforced = frozenset(t for t, key in QUOTA_KEY.items() if key in keys)
+        self._mutations_enforced = CONTROLLER_MUTATION_RATE in keys
 
     def enforces(self, quota_type: QuotaType) -> bool:
         """Whether any entity sets this type's quota (else there is nothing to measure)."""
@@ -86,7 +90,7 @@ class ClientQuotas:
 
     @property
     def active(self) -> bool:
-        return bool(self._enforced)
+        return bool(self._enforced) or self._mutations_enforced
 
     def describe(
         self, components: Iterable[FilterComponent], strict: bool
@@ -171,6 +175,22 @@ class ClientQuotas:
 
     def unrecord(self, sensor: QuotaSensor, value: float) -> None:
         sensor.unrecord(value, self.clock.monotonic_ms())
+
+    def mutation_bucket(self, principal: str, client_id: str) -> TokenBucket | None:
+        """The client's controller_mutation_rate budget (KIP-599), None without one: a token
+        bucket of `quota.window.num` x `quota.window.size.seconds` seconds' worth."""
+        if not self._mutations_enforced:
+            return None
+        bound = resolve(self.quotas, CONTROLLER_MUTATION_RATE, user_of(principal), client_id)
+        if bound is None:
+            return None
+        burst = bound.limit * self.samples * self.window_ms / 1000
+        bucket = self.mutation_buckets.get(bound.tags)
+        if bucket is None:
+            now = self.clock.monotonic_ms()
+            bucket = self.mutation_buckets[bound.tags] = TokenBucket(bound.limit, burst, burst, now)
+        bucket.rate, bucket.burst = bound.limit, burst
+        return bucket
 
     def fetch_limit_bytes(self, principal: str, client_id: str) -> int | None:
         """The most a consumer's fetch may return: what its quota allows over the windows

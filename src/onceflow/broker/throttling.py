@@ -37,6 +37,8 @@ from onceflow.storage.partition_log import FileRegion
 #: The first version of an API whose clients pause for throttle_time_ms themselves
 #: (KIP-219); to older ones Kafka sends a throttled response only after the pause.
 CLIENT_THROTTLES_FROM: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
+#: The APIs that create or delete partitions (controller_mutation_rate, KIP-599).
+MUTATING_APIS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_TOPICS})
 #: Never throttled (Kafka exempts these: the handshake, and brokers' own requests).
 EXEMPT = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.WRITE_TXN_MARKERS}
@@ -71,6 +73,12 @@ def apply_quotas(
     principal = ctx.session.principal
     client_id = ctx.header.client_id or ""
     delay, sensor = quotas.record_request_time(principal, client_id, handler_seconds)
+    if api_key in MUTATING_APIS:  # KIP-599: the time until the mutation budget recovers
+        bucket = quotas.mutation_bucket(principal, client_id)
+        if bucket is not None:
+            mutation_delay = bucket.delay_ms(quotas.clock.monotonic_ms())
+            if mutation_delay > delay:
+                delay, sensor = mutation_delay, None
     if api_key == ApiKey.PRODUCE:
         byte_delay, byte_sensor = quotas.record(
             QuotaType.PRODUCE, principal, client_id, request_bytes

@@ -95,6 +95,37 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=_NO_TIME, entries=tuple(results))
 
 
+#: The first version of each topic-mutating API whose topics are refused
+#: THROTTLING_QUOTA_EXCEEDED once the client's controller_mutation_rate is used up (KIP-599's
+#: strict mode); older versions are only throttled.
+STRICT_MUTATIONS_FROM: dict[int, int] = {
+    ApiKey.CREATE_TOPICS: 6,
+    ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.DELETE_TOPICS: 5,
+}
+
+
+def check_mutation(ctx: RequestContext) -> None:
+    """Before a topic's partitions are created or deleted: THROTTLING_QUOTA_EXCEEDED when
+    the client's mutation budget is used up and its version is strict."""
+    quotas = ctx.broker.client_quotas
+    bucket = quotas.mutation_bucket(ctx.session.principal, ctx.header.client_id or "")
+    if bucket is None or ctx.api_version < STRICT_MUTATIONS_FROM[ctx.header.api_key]:
+        return
+    if bucket.delay_ms(quotas.clock.monotonic_ms()) > 0:
+        raise KafkaError(
+            ErrorCode.throttling_quota_exceeded, "The throttling quota has been exceeded."
+        )
+
+
+def record_mutation(ctx: RequestContext, partitions: int) -> None:
+    """After partitions were created or deleted: take them from the client's budget."""
+    quotas = ctx.broker.client_quotas
+    bucket = quotas.mutation_bucket(ctx.session.principal, ctx.header.client_id or "")
+    if bucket is not None and partitions > 0:
+        bucket.take(partitions, quotas.clock.monotonic_ms())
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
     ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
