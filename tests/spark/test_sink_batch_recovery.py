@@ -12,11 +12,13 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from onceflow.client.participant_group import transaction_log_partition_count
+from onceflow.spark.batch_commit import DecisionTooLarge
 from onceflow.spark.writer import (
     SinkColumns,
     SinkCommitMessage,
@@ -207,3 +209,25 @@ def test_spark_aborting_after_a_failed_commit_keeps_a_decided_batch(
     commit_batch(config, run_tasks(config, 0, 1), 0)  # the replay
     wait_stable(bootstrap, topic, range(3))
     assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))
+
+
+def test_a_decision_longer_than_the_brokers_limit_decides_nothing(tmp_path: Path) -> None:
+    """The decision is an offset's metadata, at most `offset.metadata.max.bytes`: beyond
+    it the commit fails naming the setting, and Spark's abort then aborts the batch."""
+    overrides = {"transaction.two.phase.commit.enable": "true", "offset.metadata.max.bytes": "40"}
+    with BrokerProcess(tmp_path / "data", overrides) as broker:
+        topic = create_topic(broker.bootstrap, partitions=3)
+        config = SinkConfig(
+            client_config={"bootstrap.servers": broker.bootstrap},
+            columns=SinkColumns(value="value"),
+            topic=topic,
+            sink_id=f"sink-{uuid.uuid4().hex[:8]}",
+            atomicity="batch",
+            colocated=transaction_log_partition_count(broker.bootstrap),
+        )
+        messages = run_tasks(config, 0, 0)
+        with pytest.raises(DecisionTooLarge, match=r"offset\.metadata\.max\.bytes"):
+            commit_batch(config, messages, 0)
+        abort_batch(config, messages)
+        wait_stable(broker.bootstrap, topic, range(3))
+        assert visible(broker.bootstrap, topic) == []

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from confluent_kafka import KafkaError, KafkaException
+
 from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant import (
     PreparedTransaction,
@@ -68,6 +70,7 @@ __all__ = [
     "Atomicity",
     "Decision",
     "DecisionLog",
+    "DecisionTooLarge",
     "ParticipantRows",
     "broker_has_two_phase_commit",
     "choose_atomicity",
@@ -85,8 +88,6 @@ log = logging.getLogger(__name__)
 
 Atomicity = Literal["batch", "task"]
 DECISIONS_PREFIX = "decisions-"
-# Kafka's offset.metadata.max.bytes default: a decision must fit in an offset's metadata.
-MAX_DECISION_BYTES = 4096
 # How long the probe at the start waits for the broker.
 PROBE_TIMEOUT_MS = 15_000
 
@@ -211,14 +212,7 @@ class Decision:
             value["c"] = self.colocated
         if self.aborted:
             value["a"] = 1
-        text = json.dumps(value, separators=(",", ":"))
-        if len(text.encode()) > MAX_DECISION_BYTES:
-            raise RuntimeError(
-                f"sink '{sink_id}' batch {self.batch_id}: the decision of {len(tasks)} tasks "
-                f"does not fit in an offset's metadata ({MAX_DECISION_BYTES} bytes); write "
-                f"with fewer partitions or use atomicity 'task'"
-            )
-        return text
+        return json.dumps(value, separators=(",", ":"))
 
     @classmethod
     def decode(cls, sink_id: str, next_batch: int, text: str) -> Decision:
@@ -231,6 +225,10 @@ class Decision:
             for p, (pid, epoch) in value["t"].items()
         }
         return cls(next_batch - 1, str(value["o"]), prepared, colocated, bool(value.get("a")))
+
+
+class DecisionTooLarge(RuntimeError):
+    """A decision longer than an offset's metadata may be: nothing was decided."""
 
 
 class DecisionLog:
@@ -251,8 +249,21 @@ class DecisionLog:
         return Decision.decode(self.sink_id, entry.next_batch, entry.owner)
 
     def record(self, decision: Decision) -> None:
+        """Record `decision`; it must fit in an offset's metadata, at most the broker's
+        `offset.metadata.max.bytes` (4096 by default: about 250 tasks)."""
         self._ledger.ensure_topic()
-        self._ledger.record(decision.batch_id, decision.encode(self.sink_id))
+        text = decision.encode(self.sink_id)
+        try:
+            self._ledger.record(decision.batch_id, text)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE:
+                raise
+            raise DecisionTooLarge(
+                f"sink '{self.sink_id}' batch {decision.batch_id}: the decision of "
+                f"{len(decision.prepared)} tasks takes {len(text.encode())} bytes, more than "
+                f"the broker's offset.metadata.max.bytes; raise it, write with fewer "
+                f"partitions, or use atomicity 'task'"
+            ) from None
 
     def close(self) -> None:
         self._ledger.close()
