@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.invariants import invariant
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -94,8 +95,8 @@ class QuotaEntity:
             return f"users/{znode(self.user)}/clients/{znode(self.client_id)}"
         if self.user is not None:
             return f"users/{znode(self.user)}"
-        assert self.client_id is not None
-        return f"clients/{znode(self.client_id)}"
+        invariant(self.client_id is not None, "a quota entity names a user or a client id")
+        return f"clients/{znode(self.client_id or '')}"
 
     @staticmethod
     def from_path(path: str) -> QuotaEntity:
@@ -112,19 +113,6 @@ class QuotaEntity:
         if len(items) == 2 and items[0] == "clients":
             return QuotaEntity(client_id=part(items[1]))
         raise ValueError(f"not a client quota entity path: {path!r}")
-
-    def describe(self) -> str:
-        """kafka-configs.sh's words for the entity."""
-        words = []
-        if self.user is not None:
-            words.append("the default user" if self.user is DEFAULT else f"user '{self.user}'")
-        if self.client_id is not None:
-            words.append(
-                "the default client-id"
-                if self.client_id is DEFAULT
-                else f"client-id '{self.client_id}'"
-            )
-        return ", ".join(words)
 
 
 def parse_entity(components: Iterable[tuple[str, str | None]]) -> QuotaEntity:

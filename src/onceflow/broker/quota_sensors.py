@@ -60,10 +60,6 @@ class Rate:
         size = self.window_size_ms(now_ms)
         return sum(self._values) * 1000.0 / size, size
 
-    def max_in_window(self, limit: float) -> float:
-        """What `limit` per second allows over the windows before the current one."""
-        return limit * (self.samples - 1) * self.window_ms / 1000.0
-
 
 def throttle_ms(rate: float, limit: float, window_size_ms: int) -> int:
     """How long a client at `rate` must pause for its rate over the window to fall back to
@@ -82,12 +78,10 @@ class QuotaSensor:
     limit: float
     throttle_time_ms_total: int = 0
     throttled_responses: int = 0
-    recorded_total: float = 0.0
 
     def record(self, value: float, now_ms: int, bound_ms: int | None = None) -> int:
         """Add `value` and return the throttle time it earns (at most `bound_ms`)."""
         self.rate.record(value, now_ms)
-        self.recorded_total += value
         rate, size = self.rate.measure(now_ms)
         delay = throttle_ms(rate, self.limit, size)
         if bound_ms is not None:
@@ -101,7 +95,6 @@ class QuotaSensor:
 
     def unrecord(self, value: float, now_ms: int) -> None:
         self.rate.record(-value, now_ms)
-        self.recorded_total -= value
 
     def throttled(self, delay_ms: int) -> None:
         self.throttle_time_ms_total += delay_ms
