@@ -4,9 +4,10 @@ On a cluster they are where ZooKeeper-era Kafka keeps them, so Kafka's tools and
 migration read them: `/config/users/<user>`, `/config/users/<user>/clients/<client-id>`,
 `/config/clients/<client-id>` (names URL-encoded, `<default>` for the default), each
 `{"version":1,"config":{"producer_byte_rate":"1048576"}}`. A change writes the entity's
-znode, then a sequential `/config/changes/config_change_<n>` naming it
-(`{"version":2,"entity_path":"users/alice"}`); every broker watches the notifications and
-reads the quotas again, so every broker enforces a quota set through any of them.
+znode and a sequential `/config/changes/config_change_<n>` naming it
+(`{"version":2,"entity_path":"users/alice"}`) in one ZooKeeper transaction; every broker
+watches the notifications and reads the quotas again, so every broker enforces a quota set
+through any of them, and none misses one because the writer died between the two writes.
 """
 
 from __future__ import annotations
@@ -140,13 +141,14 @@ class ZkQuotaStore:
         def apply(raw: bytes | None) -> bytes:
             return _encode(change({} if raw is None else _decode(path, raw)))
 
-        written, _ = await asyncio.to_thread(self.store.update, f"{CONFIG_ROOT}/{path}", apply)
-        await asyncio.to_thread(self._notify, path)
+        notice = json.dumps({"version": 2, "entity_path": path}).encode()
+        written, _ = await asyncio.to_thread(
+            self.store.update_notified, f"{CONFIG_ROOT}/{path}", apply, CHANGE_PREFIX, notice
+        )
+        await asyncio.to_thread(self._purge)
         return _decode(path, written)
 
-    def _notify(self, path: str) -> None:
-        notice = json.dumps({"version": 2, "entity_path": path}).encode()
-        self.store.create_sequential(CHANGE_PREFIX, notice)
+    def _purge(self) -> None:
         changes = self.store.children(CHANGES)
         for old in changes[: max(0, len(changes) - KEPT_CHANGES)]:
             self.store.delete(f"{CHANGES}/{old}")

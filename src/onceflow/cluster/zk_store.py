@@ -196,9 +196,28 @@ class ZkMetadataStore:
         except NoNodeError:
             return []
 
-    def create_sequential(self, prefix: str, data: bytes) -> str:
-        """A persistent sequential znode `prefix<10 digits>` (parents made); its path."""
-        return str(self._zk.create(prefix, data, sequence=True, makepath=True))
+    def update_notified(
+        self, path: str, change: Callable[[bytes | None], bytes], prefix: str, notice: bytes
+    ) -> tuple[bytes, int]:
+        """`update`, with a sequential notification `prefix<10 digits>` created in the same
+        transaction: whoever watches the notifications never misses a change that was
+        written, even if this broker dies right after (Kafka writes the two apart)."""
+        self._zk.ensure_path(path.rsplit("/", 1)[0])
+        while True:
+            current = self.read(path)
+            data = change(None if current is None else current[0])
+            txn = self._zk.transaction()
+            if current is None:
+                txn.create(path, data)
+            else:
+                txn.set_data(path, data, version=current[1])
+            txn.create(prefix, notice, sequence=True)
+            results = txn.commit()
+            _, error = _failure(results)
+            if error is None:
+                return data, 0 if current is None else int(results[0].version)
+            if not isinstance(error, (BadVersionError, NodeExistsError, NoNodeError)):
+                raise MetadataStoreError(f"{path}: {error!r}")
 
     def delete(self, path: str) -> None:
         """Delete a childless znode; gone already is fine."""
