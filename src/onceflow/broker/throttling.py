@@ -8,12 +8,14 @@ response: a fetch of a client within its budget is sent even when it takes the b
 (with the throttle time it earns), as a produce is, and an empty answer's throttle time is
 how long the budget needs to be within again, not that plus the refused records' share.
 On Kafka a batch bigger than the budget's window stalls its consumer for ever, and a
-consumer is paused about twice as long as its quota asks. A client of a Produce or Fetch
-version from before KIP-219 gets its throttled response only after the throttle time, as
-Kafka holds it. Every request but the exempt ones counts
-its handler time against `request_percentage`. The response leaves at once; the connection
-then reads nothing more from the client for the throttle time, so a client that ignores
-`throttle_time_ms` is held back all the same.
+consumer is paused about twice as long as its quota asks.
+
+Every request but the exempt ones counts its handler time against `request_percentage`;
+CreateTopics, CreatePartitions and DeleteTopics also answer how long the client's
+`controller_mutation_rate` bucket needs to refill. The response leaves at once (to a client
+of a Produce or Fetch version from before KIP-219 only after the throttle time, as Kafka
+holds it); the connection then reads nothing more from the client for the throttle time,
+so a client that ignores `throttle_time_ms` is held back all the same.
 """
 
 from __future__ import annotations
