@@ -131,8 +131,6 @@ GAPS: dict[int, str] = {
     41: _DELEGATION_TOKENS,
     45: "not implemented: partition reassignment",
     46: "not implemented: partition reassignment",
-    48: "not implemented: client quotas",
-    49: "not implemented: client quotas",
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from onceflow.broker.handlers import (
     acls,
     admin,
+    client_quotas,
     cluster_info,
     complete_txns,
     configs,
@@ -52,6 +53,7 @@ HANDLERS: dict[int, Handler] = {
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **scram.HANDLERS,
+    **client_quotas.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)
