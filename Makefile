@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-node kafkajs venv
+.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -65,6 +65,19 @@ check-kcat:
 	@test -x $(KCAT) || { \
 	  echo "error: the kcat tests need kcat ($(KCAT)): install Debian's 'kcat' package (sudo apt-get install kcat) or set KCAT." >&2; exit 1; }
 
+# The dual-write tests start throwaway PostgreSQL servers (Debian's package, any version
+# under /usr/lib/postgresql): installed where we may (as root, with apt-get), otherwise a
+# clear message says what to install.
+check-postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing PostgreSQL (Debian package postgresql)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+	  fi; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  echo "error: the dual-write tests need PostgreSQL (initdb, pg_ctl): install Debian's 'postgresql' package (sudo apt-get install postgresql)." >&2; exit 1; }
+
 # KafkaJS (from npm, pinned in tests/node/package-lock.json) drives tests/integration/test_kafkajs*.py
 # through Node.js scripts; `npm ci` runs only when the lock file is newer than the install.
 NODE_DIR := tests/node
@@ -105,7 +118,7 @@ lint: $(STAMP)
 # The suite mostly waits (timeouts, restarts, ZooKeeper sessions, Spark batches), so it runs
 # on TEST_WORKERS workers, each test file on one of them (its module fixtures shared).
 TEST_WORKERS ?= 2
-test: lint check-java check-zookeeper check-chromium check-kcat kafkajs
+test: lint check-java check-zookeeper check-chromium check-kcat check-postgresql kafkajs
 	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) ONCEFLOW_KCAT=$(KCAT) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 
