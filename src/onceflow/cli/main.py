@@ -31,6 +31,7 @@ from onceflow.cli import (
     dump_log,
     groups,
     leader_election,
+    outbox,
     produce,
     serve,
     topics,
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         leader_election,
         bench,
         console,
+        outbox,
     ):
         module.register(commands)
     for command in commands.choices.values():  # as every Kafka tool takes --version
