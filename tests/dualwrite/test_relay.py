@@ -140,11 +140,11 @@ def test_two_relays_racing(broker: BrokerProcess, dsn: str) -> None:
     fill_outbox(dsn, 0, 6000)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     args = ("--until-empty", "--batch-size", "20")
-    first = subprocess.Popen(relay_command(dsn, broker.bootstrap, topic, *args), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = relay_command(dsn, broker.bootstrap, topic, *args)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    first = subprocess.Popen(command, env=env, **pipes)  # type: ignore[call-overload]
     time.sleep(1.5)  # the first is publishing when the second starts and takes over
-    second = subprocess.Popen(relay_command(dsn, broker.bootstrap, topic, *args), env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    second = subprocess.Popen(command, env=env, **pipes)  # type: ignore[call-overload]
     outs = [p.communicate(timeout=300) for p in (first, second)]
     codes = [first.returncode, second.returncode]
     # The newer relay fences the older (exit 3) in the middle of its work: usually the

@@ -102,7 +102,7 @@ class OutboxRelay:
     def _publish(self, after: int) -> int:
         with self.writer.transaction() as tx:
             rows = tx.execute(self._select, (after, self.relay_id, self.batch_size)).fetchall()
-            for row_id, key, value in rows:
+            for _, key, value in rows:
                 tx.produce(self.topic, _bytes(value), _bytes(key))
             if rows:
                 tx.executemany(self._record, [(self.relay_id, r[0]) for r in rows])
