@@ -136,6 +136,18 @@ class Database:
         cursor = self.connection.cursor()
         cursor.executemany(self.sql(text), rows)
 
+    def has_table(self, table: str) -> bool:
+        """Whether `table` exists, asked without a write lock (SQLite's BEGIN IMMEDIATE
+        would wait behind a writer in the middle of a unit)."""
+        if self.kind == "sqlite":
+            found = self.connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+            return found is not None
+        found = self.execute("SELECT to_regclass(?)", (table,)).fetchone()
+        self.commit()
+        return found[0] is not None
+
     def run_alone(self, text: str, params: Sequence[Any] = ()) -> int:
         """One statement in a transaction of its own; the rows it changed."""
         self.begin()

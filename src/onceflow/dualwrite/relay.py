@@ -76,10 +76,11 @@ class OutboxRelay:
             dsn, bootstrap_servers, relay_transactional_id(self.relay_id), **writer_settings
         )
         db = self.writer.db
-        db.run_alone(
-            f"CREATE TABLE IF NOT EXISTS {self.ledger} ("
-            " relay TEXT NOT NULL, id BIGINT NOT NULL, PRIMARY KEY (relay, id))"
-        )
+        if not db.has_table(self.ledger):
+            db.run_alone(
+                f"CREATE TABLE IF NOT EXISTS {self.ledger} ("
+                " relay TEXT NOT NULL, id BIGINT NOT NULL, PRIMARY KEY (relay, id))"
+            )
         self._select = db.sql(
             f"SELECT o.{id_col}, {key_col}, o.{value_col} FROM {self.table} o"
             f" WHERE o.{id_col} > ? AND NOT EXISTS (SELECT 1 FROM {self.ledger} p"

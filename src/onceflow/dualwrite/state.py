@@ -55,6 +55,8 @@ class StateTable:
         self.table = check_identifier(table, "state table")
 
     def create(self) -> None:
+        if self.db.has_table(self.table):
+            return
         self.db.run_alone(
             f"CREATE TABLE IF NOT EXISTS {self.table} ("
             " transactional_id TEXT PRIMARY KEY,"

@@ -73,14 +73,16 @@ class Transaction:
         return self.connection.cursor()
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        """cursor.execute in the unit's transaction; the cursor (fetchone, rowcount...)."""
+        """cursor.execute in the unit's transaction; the cursor (fetchone, rowcount...).
+        A lost database is DatabaseUnavailable; the statement's own errors are the
+        driver's (sqlite3.IntegrityError, psycopg.errors.UniqueViolation...)."""
         cursor = self.connection.cursor()
-        cursor.execute(sql, params)
+        self._writer._db(lambda: cursor.execute(sql, params))
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
         cursor = self.connection.cursor()
-        cursor.executemany(sql, rows)
+        self._writer._db(lambda: cursor.executemany(sql, rows))
         return cursor
 
     def produce(
