@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
+.PHONY: run run-orders test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -105,6 +105,12 @@ DEMO_BROKERS := $(patsubst --brokers=%,%,$(filter --brokers=%,$(subst --brokers 
 run: ZOOKEEPER_USER = the demo on a cluster (--brokers $(DEMO_BROKERS)) needs
 run: $(STAMP) check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
 	$(BIN)/python -m onceflow.demo $(ARGS)
+
+# The dual-write demo: an order service killed at random points, the broker restarted, and
+# the table that shows every committed order has exactly one event
+# (ARGS="--dsn postgresql://..." for PostgreSQL, "--rounds N").
+run-orders: $(STAMP)
+	$(BIN)/python -m onceflow.demo.orders $(ARGS)
 
 serve: $(STAMP)
 	$(BIN)/python -m onceflow serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
