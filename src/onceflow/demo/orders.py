@@ -29,7 +29,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, no __all__
+    AdminClient,
+    NewTopic,
+)
 
 from onceflow.demo.checks import Report, read_committed
 from onceflow.demo.orders_service import FAILPOINT_ENV, SETTINGS

@@ -16,13 +16,14 @@ import os
 import sys
 import time
 import uuid
+from typing import Any
 
 from onceflow import failpoints
 from onceflow.client.errors import ClientError
 from onceflow.dualwrite import DualWriter, Fenced
 
 FAILPOINT_ENV = "ONCEFLOW_DEMO_FAILPOINT"
-SETTINGS = {"delivery.timeout.ms": 10_000, "request.timeout.ms": 5_000}
+SETTINGS: dict[str, Any] = {"delivery.timeout.ms": 10_000, "request.timeout.ms": 5_000}
 
 
 def create_orders(dsn: str) -> None:
