@@ -68,6 +68,7 @@ class Transaction:
     def __init__(self, writer: DualWriter) -> None:
         self._writer = writer
         self.connection: Any = writer.db.connection
+        self.records = 0
 
     def cursor(self) -> Any:
         return self.connection.cursor()
@@ -97,6 +98,7 @@ class Transaction:
         self._writer._kafka(
             lambda: self._writer.producer.produce(topic, value, key, partition, headers)
         )
+        self.records += 1
 
 
 class DualWriter:
@@ -213,12 +215,16 @@ class DualWriter:
             except BaseException:
                 self.db.rollback()
                 raise
+            unit = Transaction(self)
             try:
-                yield Transaction(self)
+                yield unit
             except BaseException:
                 self._abort_unit()
                 raise
-            self._commit_unit()
+            if unit.records:
+                self._commit_unit()
+            else:
+                self._commit_rows_alone()
 
     def _abort_unit(self) -> None:
         self.db.rollback()
@@ -227,6 +233,14 @@ class DualWriter:
         except ClientError as exc:
             log.warning("%s: abort failed (%s); recovery aborts it", self.transactional_id, exc)
             self._needs_recovery = True
+
+    def _commit_rows_alone(self) -> None:
+        """A unit without records is the database's transaction alone: nothing to
+        prepare (an empty Kafka transaction is ended without a request)."""
+        try:
+            self._db(self.db.commit)
+        finally:
+            self._abort_unit()
 
     def _commit_unit(self) -> None:
         tid, owner = self.transactional_id, self._owner
