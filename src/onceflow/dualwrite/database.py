@@ -94,6 +94,14 @@ class Database:
 
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
 
+    def is_conflict(self, exc: BaseException) -> bool:
+        """Whether `exc` is a unique-key violation (IntegrityError in both drivers)."""
+        if self.kind == "sqlite":
+            return isinstance(exc, sqlite3.IntegrityError)
+        import psycopg
+
+        return isinstance(exc, psycopg.IntegrityError)
+
     # ---- transactions --------------------------------------------------------------
 
     def begin(self) -> None:

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from onceflow.dualwrite.database import check_identifier
+from onceflow.dualwrite.errors import Fenced
 from onceflow.dualwrite.writer import DualWriter
 
 __all__ = ["DEFAULT_LEDGER_TABLE", "OutboxRelay", "relay_transactional_id"]
@@ -106,7 +107,14 @@ class OutboxRelay:
             for _, key, value in rows:
                 tx.produce(self.topic, _bytes(value), _bytes(key))
             if rows:
-                tx.executemany(self._record, [(self.relay_id, r[0]) for r in rows])
+                try:
+                    tx.executemany(self._record, [(self.relay_id, r[0]) for r in rows])
+                except Exception as exc:
+                    if not self.writer.db.is_conflict(exc):
+                        raise
+                    # Another relay of the table published these rows and is newer: the
+                    # state table would refuse this unit anyway.
+                    raise Fenced(f"relay {self.relay_id}: another relay took over") from exc
         if rows:
             self._after = max(self._after, int(rows[-1][0]))
             self.published += len(rows)

@@ -127,13 +127,11 @@ class StateTable:
             (transactional_id, owner[0], owner[1]),
         )
 
-    def prepared_ids(self) -> list[str]:
-        """Ids whose last unit may still be open in Kafka (for the periodic check-back)."""
+    def ids(self) -> list[str]:
+        """Every transactional id the table knows (for the check-back)."""
         self.db.begin()
         try:
-            rows = self.db.execute(
-                f"SELECT transactional_id FROM {self.table} WHERE status = '{PREPARED}'"
-            ).fetchall()
+            rows = self.db.execute(f"SELECT transactional_id FROM {self.table}").fetchall()
             self.db.commit()
         except BaseException:
             self.db.rollback()

@@ -120,6 +120,7 @@ class DualWriter:
         *,
         state_table: str = DEFAULT_STATE_TABLE,
         recovery_interval_s: float | None = DEFAULT_RECOVERY_INTERVAL_S,
+        check_back_after_s: float | None = None,
         **producer_settings: Any,
     ) -> None:
         _arm_failpoints_once()
@@ -133,6 +134,9 @@ class DualWriter:
         self._fenced: DualWriteError | None = None
         self._needs_recovery = True
         self._closed = threading.Event()
+        self._state_table = state_table
+        self._check_back_after_s = check_back_after_s
+        self._producer_settings = producer_settings
         try:
             self._db(self.state.create)
             self.last_recovery: Outcome = self.recover()
@@ -187,6 +191,8 @@ class DualWriter:
         """Like RocketMQ's check-back: a unit left in doubt (the database or the broker
         was away) is resolved without waiting for the next unit of work."""
         while not self._closed.wait(interval_s):
+            if self._check_back_after_s is not None:
+                self._check_back(self._check_back_after_s)
             if not self._needs_recovery or self._fenced is not None:
                 continue
             if not self._lock.acquire(blocking=False):
@@ -197,6 +203,22 @@ class DualWriter:
                 log.warning("%s: periodic recovery failed: %s", self.transactional_id, exc)
             finally:
                 self._lock.release()
+
+    def _check_back(self, older_than_s: float) -> None:
+        """Recover other writers' transactions left open longer than `older_than_s`."""
+        from onceflow.dualwrite.checkback import recover_abandoned
+
+        try:
+            recover_abandoned(
+                self.db.dsn,
+                self.bootstrap_servers,
+                older_than_s=older_than_s,
+                state_table=self._state_table,
+                skip=frozenset({self.transactional_id}),
+                **self._producer_settings,
+            )
+        except ClientError as exc:
+            log.warning("%s: check-back failed: %s", self.transactional_id, exc)
 
     # ---- units of work ---------------------------------------------------------------
 
