@@ -14,13 +14,15 @@ import pytest
 
 from onceflow import failpoints
 from onceflow.client.errors import ConfigError
+from onceflow.client.participant import PreparedTransaction, complete
 from onceflow.dualwrite import (
     DatabaseUnavailable,
     DualWriter,
     Fenced,
+    StateMismatch,
     TwoPhaseCommitUnavailable,
 )
-from tests.dualwrite.conftest import query, read_committed
+from tests.dualwrite.conftest import query, read_committed, run_app
 from tests.dualwrite.postgres import PostgresServer
 from tests.helpers.broker import BrokerProcess, free_port
 from tests.helpers.clients import create_topic
@@ -185,3 +187,38 @@ def test_periodic_recovery_completes_after_the_broker_returns(
         assert rows_and_records(broker, dsn, topic) == ([1, 2], [1, 2])
     finally:
         writer.close()
+
+
+def test_prepared_state_aborted_from_outside(broker: BrokerProcess, dsn: str) -> None:
+    """The database committed a unit, then an operator aborted its prepared transaction:
+    the prepared state no longer matches the broker, and recovery says so (every time,
+    changing nothing) until the rows are reconciled and the id acknowledged."""
+    topic = create_topic(broker.bootstrap, partitions=3)
+    tid = f"x-{uuid.uuid4().hex[:8]}"
+    assert run_app(dsn, broker.bootstrap, tid, topic, 0, 3).returncode == 0
+    dead = run_app(dsn, broker.bootstrap, tid, topic, 3, 1, "dualwrite.after_db_commit")
+    assert dead.returncode == -9, dead.stderr
+    state = f"FROM onceflow_dualwrite WHERE transactional_id = '{tid}'"
+    ((pid, epoch),) = query(dsn, f"SELECT producer_id, producer_epoch {state}")
+    prepared = PreparedTransaction(tid, int(pid), int(epoch))
+    assert complete(prepared, commit=False, bootstrap_servers=broker.bootstrap)  # the mistake
+    for _ in range(2):
+        with pytest.raises(StateMismatch, match="the broker aborted that transaction"):
+            DualWriter(dsn, broker.bootstrap, tid, recovery_interval_s=None)
+    assert query(dsn, f"SELECT status {state}") == [("lost",)]
+    from onceflow.dualwrite.database import Database
+
+    db = Database(dsn)  # the operator's reconciliation
+    db.run_alone("DELETE FROM orders WHERE id = 3")
+    db.run_alone(
+        f"UPDATE onceflow_dualwrite SET status = 'completed' WHERE transactional_id = '{tid}'"
+    )
+    db.close()
+    with DualWriter(dsn, broker.bootstrap, tid, recovery_interval_s=None) as writer:
+        assert writer.last_recovery == "none"
+        with writer.transaction() as tx:
+            tx.execute(f"INSERT INTO orders (id, note) VALUES ({mark(dsn)}, 'y')", (100,))
+            tx.produce(topic, "100")
+    rows = sorted(int(r[0]) for r in query(dsn, "SELECT id FROM orders"))
+    assert rows == [0, 1, 2, 100]
+    assert sorted(int(v) for v in read_committed(broker.bootstrap, topic, 3)) == rows

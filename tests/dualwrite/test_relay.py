@@ -163,3 +163,17 @@ def test_burst_of_100000_rows(broker: BrokerProcess, dsn: str) -> None:
     assert done.returncode == 0, done.stderr
     assert "published 100000 rows" in done.stdout
     assert_exactly_once_in_order(dsn, broker.bootstrap, topic)
+
+
+def test_relay_bad_input(broker: BrokerProcess, dsn: str) -> None:
+    """A missing table, a name that is not an identifier, an unknown DSN: one line each,
+    exit 1, nothing published."""
+    topic = create_topic(broker.bootstrap, partitions=PARTITIONS)
+    missing = relay(dsn, broker.bootstrap, topic)
+    assert missing.returncode == 1
+    assert "has no table outbox" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    bad = relay(dsn, broker.bootstrap, topic, "--key-column", "key; DROP TABLE x")
+    assert bad.returncode == 1 and "plain SQL identifier" in bad.stderr
+    unknown = relay("mysql://h/db", broker.bootstrap, topic)
+    assert unknown.returncode == 1 and "unknown database DSN" in unknown.stderr

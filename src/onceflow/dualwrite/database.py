@@ -89,7 +89,12 @@ class Database:
         """Whether `exc` says the database (or the connection to it) is gone, rather than
         that a statement was wrong."""
         if self.kind == "sqlite":
-            return isinstance(exc, sqlite3.OperationalError)
+            # sqlite3 reports a bad statement (no such table, a syntax error) as an
+            # OperationalError too: those are the caller's, not a database that is away.
+            text = str(exc)
+            return isinstance(exc, sqlite3.OperationalError) and not any(
+                bad in text for bad in ("no such ", "syntax error", "has no column")
+            )
         import psycopg
 
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from onceflow.client.errors import ConfigError
 from onceflow.dualwrite.database import check_identifier
 from onceflow.dualwrite.errors import Fenced
 from onceflow.dualwrite.writer import DualWriter
@@ -77,6 +78,9 @@ class OutboxRelay:
             dsn, bootstrap_servers, relay_transactional_id(self.relay_id), **writer_settings
         )
         db = self.writer.db
+        if not db.has_table(self.table):
+            self.writer.close()
+            raise ConfigError(f"the database {db.safe_dsn} has no table {self.table}")
         if not db.has_table(self.ledger):
             db.run_alone(
                 f"CREATE TABLE IF NOT EXISTS {self.ledger} ("

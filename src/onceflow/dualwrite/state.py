@@ -8,7 +8,8 @@ One row per id:
 | owner_producer_id, owner_epoch  | the writer allowed to commit units (the newest to claim)  |
 | producer_id, producer_epoch     | the Kafka transaction of the last unit the database holds |
 | status                          | `prepared`: that transaction may still be open in Kafka;  |
-|                                 | `completed`: it was committed in Kafka                    |
+|                                 | `completed`: it was committed in Kafka; `lost`: something |
+|                                 | else aborted it (recovery refuses until an operator acts) |
 | units                           | units of work committed through this id                  |
 
 A unit's transaction writes `prepared` with the application's rows, so the database's own
@@ -27,13 +28,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from onceflow.client.errors import ClientError
+from onceflow.client.participant_link import Link
+from onceflow.client.txn_admin import describe_transaction
 from onceflow.dualwrite.database import Database, check_identifier
 from onceflow.dualwrite.errors import Fenced, StateMismatch
 
-__all__ = ["DEFAULT_STATE_TABLE", "Decision", "StateTable"]
+__all__ = [
+    "COMPLETED",
+    "DEFAULT_STATE_TABLE",
+    "LOST",
+    "Decision",
+    "LastTransaction",
+    "StateTable",
+    "last_transaction",
+]
 
 DEFAULT_STATE_TABLE = "onceflow_dualwrite"
 PREPARED, COMPLETED = "prepared", "completed"
+LOST = "lost"  # the database committed the unit, something else aborted its records
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,43 @@ class Decision:
     def commits(self, ongoing: tuple[int, int]) -> bool:
         """Whether the open Kafka transaction `ongoing` is a unit the database committed."""
         return self.status == PREPARED and (self.producer_id, self.producer_epoch) == ongoing
+
+    def aborted_behind_our_back(self, last: LastTransaction | None) -> bool:
+        """Whether the broker aborted the unit the database committed. Writers never do:
+        a `prepared` row is resolved by the first recovery after it, before any later
+        transaction of the id; an abort at its epoch or later came from outside."""
+        return (
+            self.status == PREPARED
+            and last is not None
+            and last.state in ("PrepareAbort", "CompleteAbort")
+            and last.producer_id == self.producer_id
+            and last.producer_epoch >= self.producer_epoch
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LastTransaction:
+    """The coordinator's state of an id's last transaction (DescribeTransactions)."""
+
+    state: str
+    producer_id: int
+    producer_epoch: int
+
+    def __str__(self) -> str:
+        return f"{self.state} at producer {self.producer_id} epoch {self.producer_epoch}"
+
+
+def last_transaction(link: Link, transactional_id: str) -> LastTransaction | None:
+    """What the coordinator says of the id's last transaction, before a recovery's init
+    replaces it; None if it cannot say (an unknown id, a coordinator that is loading)."""
+    try:
+        state = describe_transaction(link.coordinator(transactional_id), transactional_id)
+    except ClientError:
+        link.coordinator_moved()
+        return None
+    return LastTransaction(
+        str(state.transaction_state), int(state.producer_id), int(state.producer_epoch)
+    )
 
 
 class StateTable:
@@ -98,7 +148,7 @@ class StateTable:
                 f"{transactional_id} is owned by producer {row[0]} epoch {row[1]} in {t}, "
                 f"newer than this writer's epoch {owner[1]}"
             )
-        if row[4] not in (PREPARED, COMPLETED):
+        if row[4] not in (PREPARED, COMPLETED, LOST):
             raise StateMismatch(f"{t} has status {row[4]!r} for {transactional_id}")
         return Decision(int(row[2]), int(row[3]), str(row[4]))
 
@@ -122,6 +172,16 @@ class StateTable:
         """After the Kafka commit, in a transaction of its own: the next unit may begin."""
         self.db.run_alone(
             f"UPDATE {self.table} SET status = '{COMPLETED}'"
+            " WHERE transactional_id = ? AND owner_producer_id = ? AND owner_epoch = ?"
+            f" AND status = '{PREPARED}'",
+            (transactional_id, owner[0], owner[1]),
+        )
+
+    def mark_lost(self, transactional_id: str, owner: tuple[int, int]) -> None:
+        """The unit the database committed was aborted in the broker by something else:
+        kept, so every later recovery refuses too (the broker forgets it at the next init)."""
+        self.db.run_alone(
+            f"UPDATE {self.table} SET status = '{LOST}'"
             " WHERE transactional_id = ? AND owner_producer_id = ? AND owner_epoch = ?"
             f" AND status = '{PREPARED}'",
             (transactional_id, owner[0], owner[1]),

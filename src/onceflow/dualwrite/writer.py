@@ -34,9 +34,16 @@ from onceflow.dualwrite.errors import (
     DualWriteError,
     Fenced,
     InDoubt,
+    StateMismatch,
     TwoPhaseCommitUnavailable,
 )
-from onceflow.dualwrite.state import DEFAULT_STATE_TABLE, StateTable
+from onceflow.dualwrite.state import (
+    COMPLETED,
+    DEFAULT_STATE_TABLE,
+    LOST,
+    StateTable,
+    last_transaction,
+)
 from onceflow.errors import ErrorCode
 
 __all__ = ["DualWriter", "Outcome", "Transaction"]
@@ -167,10 +174,24 @@ class DualWriter:
             link = Link(self.bootstrap_servers, settings)
             tid = self.transactional_id
             try:
+                last = last_transaction(link, tid)
                 kept = self._kafka(lambda: init_producer_id(link, tid, settings, keep=True))
                 ongoing = (kept.ongoing_producer_id, kept.ongoing_epoch)
                 claim = (kept.producer_id, kept.epoch)
                 decision = self._db(lambda: self.state.claim(tid, claim, resolved=False))
+                lost = decision.status == LOST
+                if not lost and ongoing == (-1, -1) and decision.aborted_behind_our_back(last):
+                    self._db(lambda: self.state.mark_lost(tid, claim))
+                    lost = True
+                if lost:
+                    raise StateMismatch(
+                        f"{tid}: {self.state.table} says the database committed the unit of "
+                        f"producer {decision.producer_id} epoch {decision.producer_epoch}, but "
+                        "the broker aborted that transaction: something else ended it (an "
+                        "operator's abort, or an InitProducerId without keepPreparedTxn). Its "
+                        "rows have no records; reconcile them, then set the id's status from "
+                        f"'{LOST}' to '{COMPLETED}' in {self.state.table} to go on"
+                    )
                 outcome: Outcome = "none"
                 if ongoing != (-1, -1):
                     commit = decision.commits(ongoing)
