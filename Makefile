@@ -106,9 +106,9 @@ run: ZOOKEEPER_USER = the demo on a cluster (--brokers $(DEMO_BROKERS)) needs
 run: $(STAMP) check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
 	$(BIN)/python -m onceflow.demo $(ARGS)
 
-# The dual-write demo: an order service killed at random points, the broker restarted, and
-# the table that shows every committed order has exactly one event
-# (ARGS="--dsn postgresql://..." for PostgreSQL, "--rounds N").
+# The dual-write demo: an order service killed at random points, the broker and PostgreSQL
+# crashed and restarted, and the table that shows every committed order has exactly one
+# event. PostgreSQL if installed (ARGS="--database sqlite" without it), "--rounds N".
 run-orders: $(STAMP)
 	$(BIN)/python -m onceflow.demo.orders $(ARGS)
 

@@ -177,3 +177,28 @@ def test_relay_bad_input(broker: BrokerProcess, dsn: str) -> None:
     assert bad.returncode == 1 and "plain SQL identifier" in bad.stderr
     unknown = relay("mysql://h/db", broker.bootstrap, topic)
     assert unknown.returncode == 1 and "unknown database DSN" in unknown.stderr
+
+
+def test_row_that_commits_after_a_higher_id_is_published(
+    broker: BrokerProcess, postgres: object, tmp_path: object
+) -> None:
+    """PostgreSQL takes an id before its transaction commits: row N can become visible after
+    row N+1 was published. A high-water id would skip it; the relay's ledger publishes it
+    on its next sweep, once."""
+    import psycopg
+
+    from onceflow.dualwrite.relay import OutboxRelay
+    from tests.dualwrite.conftest import new_database
+
+    dsn = new_database("postgresql", postgres, tmp_path)  # type: ignore[arg-type]
+    fill_outbox(dsn, 0, 0)
+    topic = create_topic(broker.bootstrap, partitions=PARTITIONS)
+    slow = psycopg.connect(dsn)  # takes its id first, commits last
+    slow.execute("INSERT INTO outbox (key, value) VALUES ('k0', 'v0')")
+    fill_outbox(dsn, 1, 1)  # id 2, committed
+    with OutboxRelay(dsn, broker.bootstrap, "outbox", topic) as relay:
+        assert relay.run(until_empty=True) == 1
+        slow.commit()
+        assert relay.run(until_empty=True) == 2
+    slow.close()
+    assert_exactly_once_in_order(dsn, broker.bootstrap, topic)

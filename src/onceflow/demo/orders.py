@@ -4,11 +4,13 @@ killed -9 and restarted; at the end every committed order has exactly one event 
 event lacks an order, and the table it prints says so.
 
 1. start an embedded Onceflow broker with two-phase commit on (or use --bootstrap-server);
-   the database is SQLite in the work directory unless --dsn names a PostgreSQL one;
+   the database is a throwaway PostgreSQL server when PostgreSQL is installed (Debian's
+   `postgresql`), SQLite in the work directory otherwise, or what --dsn names;
 2. each round starts the service (onceflow.demo.orders_service) and kills it: at an exact
    step of a unit (a fail point after the Kafka prepare, after the database commit, after
    the Kafka commit or after the completion) or by kill -9 from outside at a random time;
-   every few rounds the broker is killed -9 under the running service and restarted;
+   every few rounds the broker is killed -9 under the running service and restarted, and
+   the demo's own PostgreSQL server crashes (stop -m immediate) and restarts;
 3. the next start of the service recovers what the last one left; a last recovery ends
    the run, and the orders table and the topic (read_committed) are compared.
 
@@ -36,6 +38,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from onceflow.demo.checks import Report, read_committed
 from onceflow.demo.orders_service import FAILPOINT_ENV, SETTINGS
+from onceflow.demo.postgres import PostgresServer, postgres_bin
 from onceflow.dualwrite import DualWriter
 from onceflow.dualwrite.database import Database
 
@@ -47,6 +50,7 @@ STEPS = [
     "dualwrite.after_kafka_commit",
     "dualwrite.after_complete",
 ]
+KILLED = {"broker": "kill -9 of the broker", "database": "PostgreSQL crash and restart"}
 BROKER_OVERRIDES = {
     "transaction.two.phase.commit.enable": "true",
     "onceflow.log.dir.min.free.bytes": str(64 << 20),
@@ -127,7 +131,7 @@ def run_service(
 
 def one_round(
     n: int, args: argparse.Namespace, rng: random.Random, bootstrap: str,
-    broker: Broker | None, log: Path, kills: Counter[str],
+    broker: Broker | None, log: Path, kills: Counter[str], pg: PostgresServer | None,
 ) -> None:  # fmt: skip
     """Start the service and kill it, at a fail point or from outside; maybe the broker."""
     if rng.random() < 0.6:
@@ -145,6 +149,12 @@ def one_round(
         kills["broker"] += 1
         time.sleep(rng.uniform(0.5, 1.5))
         broker.start()
+    every = args.database_crash_every
+    if pg is not None and every and n % every == every - 1:
+        time.sleep(rng.uniform(1.0, 2.0))
+        say(f"round {n}: PostgreSQL crashes (stop -m immediate) under the running service")
+        pg.restart("immediate")
+        kills["database"] += 1
     try:
         service.wait(timeout=rng.uniform(1.5, 3.0) if step == "outside" else 60)
     except subprocess.TimeoutExpired:
@@ -165,8 +175,7 @@ def check(dsn: str, bootstrap: str, kills: Counter[str], recoveries: Counter[str
     events = Counter(json.loads(value)["order"] for _, value in read_committed(bootstrap, TOPIC))
     report = Report()
     report.events = [
-        f"{'kill -9 of the broker' if k == 'broker' else f'service killed: {k}'} x{v}"
-        for k, v in sorted(kills.items())
+        f"{KILLED.get(k, f'service killed: {k}')} x{v}" for k, v in sorted(kills.items())
     ]
     report.events += [
         f"recovery found {'nothing open' if k == 'none' else k} x{v}"
@@ -183,7 +192,20 @@ def check(dsn: str, bootstrap: str, kills: Counter[str], recoveries: Counter[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m onceflow.demo.orders", description=__doc__)
-    parser.add_argument("--dsn", help="the orders database (default: SQLite in the work dir)")
+    parser.add_argument("--dsn", help="the orders database (default: see --database)")
+    parser.add_argument(
+        "--database",
+        choices=("auto", "postgresql", "sqlite"),
+        default="auto",
+        help="without --dsn: a throwaway PostgreSQL server, or SQLite in the work dir "
+        "(auto: PostgreSQL if installed)",
+    )
+    parser.add_argument(
+        "--database-crash-every",
+        type=int,
+        default=5,
+        help="crash the demo's own PostgreSQL server every N rounds (0: never)",
+    )
     parser.add_argument("--bootstrap-server", help="use this broker instead of an embedded one")
     parser.add_argument("--rounds", type=int, default=12, help="service kills (default 12)")
     parser.add_argument(
@@ -195,7 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="onceflow-orders-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    args.dsn = args.dsn or f"sqlite:///{workdir / 'orders.db'}"
+    pg: PostgresServer | None = None
+    if args.dsn is None:
+        use_pg = args.database == "postgresql" or (args.database == "auto" and postgres_bin())
+        if use_pg:
+            pg = PostgresServer().start()
+            args.dsn = pg.dsn
+        else:
+            args.dsn = f"sqlite:///{workdir / 'orders.db'}"
     broker = None if args.bootstrap_server else Broker(workdir)
     kills: Counter[str] = Counter()
     try:
@@ -206,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"orders in {Database(args.dsn).safe_dsn}, events in {TOPIC} at {bootstrap}")
         log = workdir / "service.log"
         for n in range(1, args.rounds + 1):
-            one_round(n, args, rng, bootstrap, broker, log, kills)
+            one_round(n, args, rng, bootstrap, broker, log, kills, pg)
         say("last recovery: a writer of the service's id takes over")
         with DualWriter(args.dsn, bootstrap, TXN_ID, recovery_interval_s=None, **SETTINGS) as w:
             last = w.last_recovery
@@ -219,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if broker is not None:
             broker.stop()
+        if pg is not None:
+            pg.close()
     print(report.table())
     if args.workdir is None and report.passed:
         shutil.rmtree(workdir, ignore_errors=True)
