@@ -140,13 +140,14 @@ class DualWriter:
         self._owner: tuple[int, int] | None = None
         self._fenced: DualWriteError | None = None
         self._needs_recovery = True
+        self.last_recovery: Outcome = "none"  # what the last recovery did
         self._closed = threading.Event()
         self._state_table = state_table
         self._check_back_after_s = check_back_after_s
         self._producer_settings = producer_settings
         try:
             self._db(self.state.create)
-            self.last_recovery: Outcome = self.recover()
+            self.recover()
         except BaseException:
             self.close()
             raise
@@ -206,6 +207,7 @@ class DualWriter:
             owner = self._owner
             self._db(lambda: self.state.claim(tid, owner, resolved=True))
             self._needs_recovery = False
+            self.last_recovery = outcome
             return outcome
 
     def _recover_periodically(self, interval_s: float) -> None:
