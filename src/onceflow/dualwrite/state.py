@@ -26,13 +26,15 @@ row lock orders the claim and the zombie's commit, and whichever comes second se
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from onceflow.client.errors import ClientError
+from onceflow.client.errors import ClientError, KafkaApiError
 from onceflow.client.participant_link import Link
 from onceflow.client.txn_admin import describe_transaction
 from onceflow.dualwrite.database import Database, check_identifier
 from onceflow.dualwrite.errors import Fenced, StateMismatch
+from onceflow.errors import ErrorCode
 
 __all__ = [
     "COMPLETED",
@@ -86,17 +88,31 @@ class LastTransaction:
         return f"{self.state} at producer {self.producer_id} epoch {self.producer_epoch}"
 
 
-def last_transaction(link: Link, transactional_id: str) -> LastTransaction | None:
+def last_transaction(
+    link: Link, transactional_id: str, timeout_s: float = 15.0
+) -> LastTransaction | None:
     """What the coordinator says of the id's last transaction, before a recovery's init
-    replaces it; None if it cannot say (an unknown id, a coordinator that is loading)."""
-    try:
-        state = describe_transaction(link.coordinator(transactional_id), transactional_id)
-    except ClientError:
-        link.coordinator_moved()
-        return None
-    return LastTransaction(
-        str(state.transaction_state), int(state.producer_id), int(state.producer_epoch)
-    )
+    replaces it; asked again while the coordinator moves or loads (a broker just
+    restarted), None for an id it does not know or when no broker answers in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            state = describe_transaction(link.coordinator(transactional_id), transactional_id)
+            return LastTransaction(
+                str(state.transaction_state), int(state.producer_id), int(state.producer_epoch)
+            )
+        except KafkaApiError as exc:
+            if exc.code == ErrorCode.transactional_id_not_found:
+                return None
+            retriable = ErrorCode(exc.code).retriable
+            link.coordinator_moved()
+            if not retriable or time.monotonic() > deadline:
+                return None
+        except ClientError:
+            link.reset()
+            if time.monotonic() > deadline:
+                return None
+        time.sleep(link.backoff_s)
 
 
 class StateTable:
