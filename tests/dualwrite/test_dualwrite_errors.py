@@ -6,6 +6,7 @@ after the database commit (the periodic recovery completes the unit); never half
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from onceflow.dualwrite import (
     StateMismatch,
     TwoPhaseCommitUnavailable,
 )
+from onceflow.dualwrite.state import StateTable
 from tests.dualwrite.conftest import query, read_committed, run_app
 from tests.dualwrite.postgres import PostgresServer
 from tests.helpers.broker import BrokerProcess, free_port
@@ -144,13 +146,26 @@ def test_takeover_in_the_middle_of_a_unit(
         target=lambda: new.append(DualWriter(dsn, broker.bootstrap, tid, recovery_interval_s=None))
     )
 
+    sqlite = dsn.startswith("sqlite:")
+    claiming = threading.Event()
+    real_claim = StateTable.claim
+
+    def claim(self: StateTable, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is takeover:
+            claiming.set()  # the new writer has fenced the old one in the broker
+        return real_claim(self, *args, **kwargs)
+
     def pause_here(name: str) -> None:
         if name == "dualwrite.after_prepare":
             takeover.start()
-            takeover.join(timeout=3)
+            if sqlite:  # its claim waits behind this unit's write lock: let it get there
+                assert claiming.wait(60)
+                time.sleep(0.5)
+            else:
+                takeover.join(60)
 
+    monkeypatch.setattr(StateTable, "claim", claim)
     monkeypatch.setattr(failpoints, "failpoint", pause_here)
-    sqlite = dsn.startswith("sqlite:")
     if sqlite:
         write_unit(old, dsn, topic, 1)  # committed: the new owner completes it
     else:

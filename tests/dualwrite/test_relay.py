@@ -110,6 +110,13 @@ def assert_exactly_once_in_order(dsn: str, bootstrap: str, topic: str) -> None:
             last[key] = rows[value]
 
 
+def published_rows(dsn: str) -> int:
+    try:
+        return int(query(dsn, "SELECT COUNT(*) FROM onceflow_outbox_published")[0][0])
+    except Exception:  # not created yet
+        return 0
+
+
 def test_relay_publishes_each_row_once_in_order(broker: BrokerProcess, dsn: str) -> None:
     topic = create_topic(broker.bootstrap, partitions=PARTITIONS)
     fill_outbox(dsn, 0, 500)
@@ -139,11 +146,14 @@ def test_two_relays_racing(broker: BrokerProcess, dsn: str) -> None:
     topic = create_topic(broker.bootstrap, partitions=PARTITIONS)
     fill_outbox(dsn, 0, 6000)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    args = ("--until-empty", "--batch-size", "20")
+    args = ("--until-empty", "--batch-size", "10")
     command = relay_command(dsn, broker.bootstrap, topic, *args)
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     first = subprocess.Popen(command, env=env, **pipes)  # type: ignore[call-overload]
-    time.sleep(1.5)  # the first is publishing when the second starts and takes over
+    deadline = time.monotonic() + 120
+    while published_rows(dsn) < 100:  # the first is publishing when the second starts
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.05)
     second = subprocess.Popen(command, env=env, **pipes)  # type: ignore[call-overload]
     outs = [p.communicate(timeout=300) for p in (first, second)]
     codes = [first.returncode, second.returncode]
