@@ -8,7 +8,8 @@ from onceflow.dualwrite.errors import (
     StateMismatch,
     TwoPhaseCommitUnavailable,
 )
-from onceflow.dualwrite.writer import DualWriter, Outcome, Transaction
+from onceflow.dualwrite.transaction import Transaction
+from onceflow.dualwrite.writer import DualWriter, Outcome
 
 __all__ = [
     "DatabaseUnavailable",

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from onceflow import failpoints
 from onceflow.client.errors import ClientError, KafkaApiError, UnsupportedVersion
-from onceflow.client.participant import HeadersArg, TwoPhaseProducer
+from onceflow.client.participant import TwoPhaseProducer
 from onceflow.client.participant_link import Link, end_txn, init_producer_id
 from onceflow.dualwrite.database import Database
 from onceflow.dualwrite.errors import (
@@ -44,6 +44,7 @@ from onceflow.dualwrite.state import (
     StateTable,
     last_transaction,
 )
+from onceflow.dualwrite.transaction import Transaction
 from onceflow.errors import ErrorCode
 
 __all__ = ["DualWriter", "Outcome", "Transaction"]
@@ -67,45 +68,6 @@ def _arm_failpoints_once() -> None:
     if not _armed:
         failpoints.arm_from_environment()
         _armed = True
-
-
-class Transaction:
-    """The open unit of work: a DB-API connection in a transaction, and a producer."""
-
-    def __init__(self, writer: DualWriter) -> None:
-        self._writer = writer
-        self.connection: Any = writer.db.connection
-        self.records = 0
-
-    def cursor(self) -> Any:
-        return self.connection.cursor()
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        """cursor.execute in the unit's transaction; the cursor (fetchone, rowcount...).
-        A lost database is DatabaseUnavailable; the statement's own errors are the
-        driver's (sqlite3.IntegrityError, psycopg.errors.UniqueViolation...)."""
-        cursor = self.connection.cursor()
-        self._writer._db(lambda: cursor.execute(sql, params))
-        return cursor
-
-    def executemany(self, sql: str, rows: Any) -> Any:
-        cursor = self.connection.cursor()
-        self._writer._db(lambda: cursor.executemany(sql, rows))
-        return cursor
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | str | None,
-        key: bytes | str | None = None,
-        partition: int | None = None,
-        headers: HeadersArg = None,
-    ) -> None:
-        """A record of the unit (partitioned by the key's murmur2, as Kafka's producer)."""
-        self._writer._kafka(
-            lambda: self._writer.producer.produce(topic, value, key, partition, headers)
-        )
-        self.records += 1
 
 
 class DualWriter:
