@@ -21,9 +21,9 @@ import threading
 import time
 from typing import Any
 
-from onceflow.client.errors import ConfigError
+from onceflow.client.errors import ConfigError, Unreachable
 from onceflow.dualwrite.database import check_identifier
-from onceflow.dualwrite.errors import Fenced
+from onceflow.dualwrite.errors import DatabaseUnavailable, Fenced, InDoubt
 from onceflow.dualwrite.writer import DualWriter
 
 __all__ = ["DEFAULT_LEDGER_TABLE", "OutboxRelay", "relay_transactional_id"]
@@ -135,7 +135,15 @@ class OutboxRelay:
         nothing); rows published."""
         stop = stop or threading.Event()
         while not stop.is_set():
-            if self.run_once() == 0:
+            try:
+                count = self.run_once()
+            except (DatabaseUnavailable, InDoubt, Unreachable) as exc:
+                # Away for a while (a restart): the unit was rolled back or is settled by
+                # recovery before the next one; try again after a pause.
+                log.warning("relay %s: %s; trying again", self.relay_id, exc)
+                stop.wait(max(poll_interval_s, 1.0))
+                continue
+            if count == 0:
                 if until_empty:
                     break
                 stop.wait(poll_interval_s)
