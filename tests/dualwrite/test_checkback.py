@@ -64,3 +64,19 @@ def test_periodic_check_back_of_a_live_writer(broker: BrokerProcess, dsn: str) -
                 pytest.fail("the check-back did not complete the abandoned transactions")
             time.sleep(0.3)
     assert_matching(broker, dsn, topic)
+
+
+def test_cli_dualwrite_recover(
+    broker: BrokerProcess, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from onceflow.cli.main import main
+
+    topic, aborted, committed = abandon_two_writers(broker, dsn)
+    base = ["dualwrite", "recover", "--dsn", dsn, "--bootstrap-server", broker.bootstrap]
+    assert main([*base, "--transactional-id", committed]) == 0
+    assert capsys.readouterr().out == f"{committed}\tcommitted\n"
+    assert main([*base, "--older-than-ms", "0"]) == 0
+    assert capsys.readouterr().out == f"{aborted}\taborted\n"
+    assert main([*base, "--older-than-ms", "0"]) == 0
+    assert capsys.readouterr().out == "nothing to recover\n"
+    assert_matching(broker, dsn, topic)

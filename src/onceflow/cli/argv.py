@@ -229,6 +229,7 @@ _REWRITES: dict[str, Callable[[list[str], argparse.ArgumentParser], list[str]]] 
     "consume": _one_topic("consume"),
     "transactions": _subcommand("transactions"),
     "outbox": _subcommand("outbox"),
+    "dualwrite": _subcommand("dualwrite"),
 }
 
 

@@ -28,6 +28,7 @@ from onceflow.cli import (
     console,
     consume,
     delete_records,
+    dualwrite,
     dump_log,
     groups,
     leader_election,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench,
         console,
         outbox,
+        dualwrite,
     ):
         module.register(commands)
     for command in commands.choices.values():  # as every Kafka tool takes --version
