@@ -95,9 +95,10 @@ class DualWriter:
         _arm_failpoints_once()
         self.transactional_id = transactional_id
         self.bootstrap_servers = bootstrap_servers
+        # The producer first: a bad setting is refused before the database is opened.
+        self.producer = TwoPhaseProducer(bootstrap_servers, transactional_id, **producer_settings)
         self.db = Database(dsn)
         self.state = StateTable(self.db, state_table)
-        self.producer = TwoPhaseProducer(bootstrap_servers, transactional_id, **producer_settings)
         self._lock = threading.RLock()
         self._owner: tuple[int, int] | None = None
         self._fenced: DualWriteError | None = None
