@@ -1,7 +1,8 @@
 """Figure 11: units of work per second of the dual write (onceflow.dualwrite), against the
 same database transaction alone and against the classic outbox, same run, same database.
 
-Each unit is one order row (SQLite, WAL, synchronous=FULL: a commit is on disk) and, for
+Each unit is one order row (SQLite, WAL, synchronous=FULL: a commit is on disk; and, with
+PostgreSQL installed, a throwaway server with fsync on, `dualwrite_pg_*`) and, for
 the dual write, one record through the two-phase recipe (prepare, state row with the
 order, database commit, Kafka commit, completion mark). The classic outbox writes the order
 and an outbox row in one transaction while `onceflow outbox relay`'s OutboxRelay publishes
@@ -16,10 +17,12 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import OnceflowBroker
 from onceflow.bench import create_topic
+from onceflow.demo.postgres import PostgresServer, postgres_bin
 from onceflow.dualwrite import DualWriter
 from onceflow.dualwrite.database import Database
 from onceflow.dualwrite.relay import OutboxRelay
@@ -28,9 +31,7 @@ __all__ = ["dualwrite_figures"]
 
 TWO_PC = {"transaction.two.phase.commit.enable": "true"}
 ORDERS = "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, note TEXT)"
-OUTBOX = (
-    "CREATE TABLE IF NOT EXISTS outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT, value TEXT)"
-)
+OUTBOX = "CREATE TABLE IF NOT EXISTS outbox (id {id}, key TEXT, value TEXT)"
 
 
 def database_only(dsn: str, units: int) -> float:
@@ -47,12 +48,15 @@ def database_only(dsn: str, units: int) -> float:
 
 
 def dual_write(dsn: str, bootstrap: str, topic: str, units: int) -> float:
-    Database(dsn).run_alone(ORDERS)
+    setup = Database(dsn)
+    setup.run_alone(ORDERS)
+    insert = setup.sql("INSERT INTO orders (id, note) VALUES (?, ?)")  # the driver's style
+    setup.close()
     with DualWriter(dsn, bootstrap, f"bench-dw-{uuid.uuid4().hex[:8]}") as writer:
         start = time.perf_counter()
         for i in range(units):
             with writer.transaction() as tx:
-                tx.execute("INSERT INTO orders (id, note) VALUES (?, ?)", (i, "order"))
+                tx.execute(insert, (i, "order"))
                 tx.produce(topic, f"order {i}", key=str(i))
         return time.perf_counter() - start
 
@@ -60,7 +64,8 @@ def dual_write(dsn: str, bootstrap: str, topic: str, units: int) -> float:
 def classic_outbox(dsn: str, bootstrap: str, topic: str, units: int) -> float:
     db = Database(dsn)
     db.run_alone(ORDERS)
-    db.run_alone(OUTBOX)
+    serial = "INTEGER PRIMARY KEY AUTOINCREMENT" if db.kind == "sqlite" else "BIGSERIAL PRIMARY KEY"
+    db.run_alone(OUTBOX.format(id=serial))
     relay = OutboxRelay(dsn, bootstrap, "outbox", topic, batch_size=1000)
     stop = threading.Event()
     publisher = threading.Thread(target=relay.run, args=(stop,), kwargs={"poll_interval_s": 0.01})
@@ -81,29 +86,62 @@ def classic_outbox(dsn: str, bootstrap: str, topic: str, units: int) -> float:
     return seconds
 
 
+def _run_all(
+    runs: dict[str, list[float]], dsn_of: Callable[[str, int], str], bootstrap: str,
+    units: int, repeat: int, prefix: str,
+) -> None:  # fmt: skip
+    for i in range(repeat):
+        for name in runs:
+            dsn = dsn_of(name, i)
+            topic = f"dualwrite-{prefix}{name}-{i}"
+            create_topic(bootstrap, topic, partitions=3)
+            if name == "db_only":
+                runs[name].append(database_only(dsn, units))
+            elif name == "api":
+                runs[name].append(dual_write(dsn, bootstrap, topic, units))
+            else:
+                runs[name].append(classic_outbox(dsn, bootstrap, topic, units))
+
+
+def _figures(runs: dict[str, list[float]], units: int, prefix: str) -> dict[str, float]:
+    out = {f"dualwrite_{prefix}{n}_unitsps": units / statistics.median(s) for n, s in runs.items()}
+    api = out[f"dualwrite_{prefix}api_unitsps"]
+    out[f"dualwrite_{prefix}api_ratio_to_db_only"] = api / out[f"dualwrite_{prefix}db_only_unitsps"]
+    out[f"dualwrite_{prefix}api_ratio_to_outbox"] = api / out[f"dualwrite_{prefix}outbox_unitsps"]
+    return out
+
+
 def dualwrite_figures(units: int, repeat: int) -> dict[str, float]:
+    """SQLite always; PostgreSQL (a throwaway server, `dualwrite_pg_*`) when installed."""
     broker = OnceflowBroker(TWO_PC)
-    runs: dict[str, list[float]] = {"db_only": [], "api": [], "outbox": []}
+    out: dict[str, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="onceflow-bench-dw-") as tmp:
-            for i in range(repeat):
-                for name in runs:
-                    dsn = f"sqlite:///{Path(tmp) / f'{name}-{i}.db'}"
-                    topic = f"dualwrite-{name}-{i}"
-                    create_topic(broker.bootstrap, topic, partitions=3)
-                    if name == "db_only":
-                        runs[name].append(database_only(dsn, units))
-                    elif name == "api":
-                        runs[name].append(dual_write(dsn, broker.bootstrap, topic, units))
-                    else:
-                        runs[name].append(classic_outbox(dsn, broker.bootstrap, topic, units))
+            runs: dict[str, list[float]] = {"db_only": [], "api": [], "outbox": []}
+            _run_all(
+                runs, lambda n, i: f"sqlite:///{Path(tmp) / f'{n}-{i}.db'}",
+                broker.bootstrap, units, repeat, "",
+            )  # fmt: skip
+            out.update(_figures(runs, units, ""))
+        if postgres_bin() is not None:
+            server = PostgresServer().start()
+            try:
+                runs = {"db_only": [], "api": [], "outbox": []}
+                _run_all(
+                    runs, lambda n, i: _pg_database(server, f"bench_{n}_{i}"),
+                    broker.bootstrap, units, repeat, "pg_",
+                )  # fmt: skip
+                out.update(_figures(runs, units, "pg_"))
+            finally:
+                server.close()
     finally:
         broker.close()
-    out = {f"dualwrite_{name}_unitsps": units / statistics.median(s) for name, s in runs.items()}
-    out["dualwrite_api_ratio_to_db_only"] = (
-        out["dualwrite_api_unitsps"] / out["dualwrite_db_only_unitsps"]
-    )
-    out["dualwrite_api_ratio_to_outbox"] = (
-        out["dualwrite_api_unitsps"] / out["dualwrite_outbox_unitsps"]
-    )
     return out
+
+
+def _pg_database(server: PostgresServer, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
