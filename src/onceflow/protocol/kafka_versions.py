@@ -129,8 +129,6 @@ GAPS: dict[int, str] = {
     39: _DELEGATION_TOKENS,
     40: _DELEGATION_TOKENS,
     41: _DELEGATION_TOKENS,
-    45: "not implemented: partition reassignment",
-    46: "not implemented: partition reassignment",
     48: "not implemented: client quotas",
     49: "not implemented: client quotas",
     55: _KRAFT,

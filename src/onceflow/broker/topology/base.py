@@ -212,6 +212,23 @@ class Topology(Protocol):
         (REQUEST_TIMED_OUT). Only the controller writes leaders; alone, none is needed."""
         ...
 
+    async def alter_partition_reassignments(
+        self,
+        requested: dict[tuple[str, int], tuple[int, ...] | None],
+        allow_rf_change: bool,
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """AlterPartitionReassignments: start (a target), or cancel (None), each partition's
+        reassignment; each answered once the change is written (Kafka's answer does not
+        wait for the reassignment to complete)."""
+        ...
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """ListPartitionReassignments: replicas, adding and removing of each partition being
+        reassigned (of `partitions`, or all)."""
+        ...
+
     def ensure_internal_topic(
         self,
         name: str,

@@ -35,6 +35,8 @@ from onceflow.cluster.controller import Controller, ControllerSettings
 from onceflow.cluster.elections import ElectionType, plan_requested_election
 from onceflow.cluster.link import ClusterLink
 from onceflow.cluster.metadata import MetadataCache, TopicMetadata
+from onceflow.cluster.reassignment import ongoing
+from onceflow.cluster.reassignment_requests import alter_reassignments
 from onceflow.cluster.replica_manager import ReplicaManager, ReplicationSettings
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.cluster.zk_store import (
@@ -575,6 +577,18 @@ class ZkTopology:
         except MetadataStoreError as exc:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, str(exc)) from exc
         await self.link.wait_for(lambda: name not in self.cache.topics, CREATE_WAIT_S)
+
+    async def alter_partition_reassignments(
+        self,
+        requested: dict[tuple[str, int], tuple[int, ...] | None],
+        allow_rf_change: bool,
+    ) -> dict[tuple[str, int], ElectionResult]:
+        return await alter_reassignments(self.link, requested, allow_rf_change)
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        return ongoing(self.cache, partitions)
 
     def ensure_internal_topic(
         self,
