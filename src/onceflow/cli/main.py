@@ -32,6 +32,7 @@ from onceflow.cli import (
     groups,
     leader_election,
     produce,
+    reassign,
     serve,
     topics,
     transactions,
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         users,
         configs,
         leader_election,
+        reassign,
         bench,
         console,
     ):

@@ -1,0 +1,107 @@
+"""Partition reassignment on a real cluster: AlterPartitionReassignments and
+ListPartitionReassignments on the wire, moving a partition to a broker added to a running
+cluster, and cancelling one that cannot finish."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from onceflow.errors import ErrorCode
+from tests.cluster.reassign_helpers import T, alter, ongoing, replicas_and_isr, wait_reassigned
+from tests.helpers.clients import (
+    consume_until,
+    consumer,
+    create_topic,
+    produce_and_confirm,
+    producer,
+)
+from tests.helpers.cluster import Cluster, cluster_factory
+
+__all__ = ["cluster_factory"]
+
+
+def _replica_dir(cluster: Cluster, broker: int, topic: str, partition: int) -> Path:
+    return Path(cluster.broker(broker).data_dir) / f"{topic}-{partition}"
+
+
+def test_a_partition_moves_to_an_added_broker(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster.bootstrap, partitions=2, replication_factor=2)
+    p = producer(cluster.bootstrap, acks="all", **{"enable.idempotence": True})
+    sent = produce_and_confirm(p, topic, ((0, None, b"v%d" % i, None) for i in range(500)))
+    assert not sent.errors
+    old, _ = replicas_and_isr(cluster, topic, 0)
+    cluster.add_broker()
+    cluster.wait_formed()
+    target = (4, old[1])
+    assert alter(cluster, {(topic, 0): target}) == {(topic, 0): ErrorCode.none}
+    wait_reassigned(cluster, {(topic, 0): target})
+    assert cluster.leader_of(topic, 0).broker_id in target
+    # Every record is on the new replica, and the removed one's copy is gone.
+    assert (_replica_dir(cluster, 4, topic, 0)).is_dir()
+    deadline = time.monotonic() + T
+    while _replica_dir(cluster, old[0], topic, 0).exists():
+        assert time.monotonic() < deadline, "the removed replica's directory is still there"
+        time.sleep(0.2)
+    more = produce_and_confirm(p, topic, ((0, None, b"w%d" % i, None) for i in range(100)))
+    assert not more.errors
+    c = consumer(cluster.bootstrap, "reassigned", **{"auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = consume_until(c, lambda m: len(m) >= 600, timeout=T)
+    c.close()
+    values = [m.value() for m in got]
+    assert values == [b"v%d" % i for i in range(500)] + [b"w%d" % i for i in range(100)]
+    cluster.finish()
+
+
+def test_wire_errors_and_listing(cluster_factory: Callable[..., Cluster]) -> None:
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster.bootstrap, partitions=1, replication_factor=2)
+    replicas, _ = replicas_and_isr(cluster, topic, 0)
+    assert alter(cluster, {(topic, 0): None}) == {(topic, 0): ErrorCode.no_reassignment_in_progress}
+    assert alter(cluster, {(topic, 5): (1, 2)}) == {
+        (topic, 5): ErrorCode.unknown_topic_or_partition
+    }
+    assert alter(cluster, {("nope", 0): (1, 2)}) == {
+        ("nope", 0): ErrorCode.unknown_topic_or_partition
+    }
+    for bad in ((), (1, 1), (1, 9), (-1, 2)):
+        assert alter(cluster, {(topic, 0): bad}) == {
+            (topic, 0): ErrorCode.invalid_replica_assignment
+        }, bad
+    assert ongoing(cluster) == {}
+    # The same replicas in another order: nothing to move, the order changes at once.
+    flipped = (replicas[1], replicas[0])
+    assert alter(cluster, {(topic, 0): flipped}) == {(topic, 0): ErrorCode.none}
+    wait_reassigned(cluster, {(topic, 0): flipped})
+    cluster.finish()
+
+
+def test_cancel_goes_back_to_the_original_replicas(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster.bootstrap, partitions=1, replication_factor=2)
+    p = producer(cluster.bootstrap, acks="all")
+    assert not produce_and_confirm(p, topic, ((0, None, b"x", None) for _ in range(50))).errors
+    original, _ = replicas_and_isr(cluster, topic, 0)
+    spare = ({1, 2, 3} - set(original)).pop()
+    cluster.broker(spare).pause()  # registered, but cannot catch up
+    try:
+        target = (spare, original[0])
+        assert alter(cluster, {(topic, 0): target}) == {(topic, 0): ErrorCode.none}
+        pending = ongoing(cluster)
+        assert pending == {
+            (topic, 0): ((spare, original[0], original[1]), (spare,), (original[1],))
+        }
+        assert alter(cluster, {(topic, 0): None}) == {(topic, 0): ErrorCode.none}
+    finally:
+        cluster.broker(spare).resume()
+    wait_reassigned(cluster, {(topic, 0): tuple(original)})
+    deadline = time.monotonic() + T
+    while _replica_dir(cluster, spare, topic, 0).exists():
+        assert time.monotonic() < deadline, "the cancelled replica's directory is still there"
+        time.sleep(0.2)
+    cluster.finish()
