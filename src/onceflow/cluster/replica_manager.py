@@ -25,6 +25,7 @@ from onceflow.cluster.znodes import NO_LEADER, PartitionState
 from onceflow.protocol.topic_ids import parse_topic_id
 from onceflow.replication.fetcher import FetcherSettings, FollowerHost, ReplicaFetcher
 from onceflow.replication.partition import LeaderAndIsr, Partition, Role
+from onceflow.replication.throttle import UNLIMITED, ReplicationQuota, lists_replica
 from onceflow.storage.log_manager import LogManager
 from onceflow.storage.partition_log import PartitionLog
 
@@ -39,6 +40,13 @@ RoleListener = Callable[[str, int, Role, int], None]
 class ReplicationSettings:
     lag_time_max_ms: int = 30_000
     fetcher: FetcherSettings = field(default_factory=FetcherSettings)
+    quota_window_num: int = 11  # replication.quota.window.num
+    quota_window_s: float = 1.0  # replication.quota.window.size.seconds
+
+
+#: The topic keys listing the replicas each throttle applies to.
+LEADER_THROTTLED = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED = "follower.replication.throttled.replicas"
 
 
 class ReplicaManager:
@@ -67,6 +75,9 @@ class ReplicaManager:
         self._started = False
         self._isr_writes: set[asyncio.Task[None]] = set()
         self.isr_shrinks = 0  # ISR changes written by this broker as leader (metrics)
+        window = (settings.quota_window_num, settings.quota_window_s)
+        self.leader_quota = ReplicationQuota(UNLIMITED, *window)
+        self.follower_quota = ReplicationQuota(UNLIMITED, *window)
         self.isr_expands = 0
         link.listeners.append(self._changed)
 
@@ -103,6 +114,11 @@ class ReplicaManager:
         if change.kind in ("topic", "configs"):
             self._apply_configs(change.topic)
 
+    def set_throttle_rates(self, leader: int, follower: int) -> None:
+        """leader/follower.replication.throttled.rate, dynamic broker configs."""
+        self.leader_quota.rate = leader
+        self.follower_quota.rate = follower
+
     def refresh_configs(self) -> None:
         """Every replica's min.insync.replicas again: the broker's defaults changed."""
         for topic in {name for name, _ in self.partitions}:
@@ -122,6 +138,18 @@ class ReplicaManager:
         for (name, _), partition in self.partitions.items():
             if name == topic:
                 partition.min_insync_replicas = min_isr
+                self._apply_throttles(partition, meta.configs)
+
+    def _apply_throttles(self, partition: Partition, configs: Mapping[str, str]) -> None:
+        """Whether the topic's throttled replica lists name this replica."""
+        index = partition.key[1]
+
+        def listed(key: str) -> bool:
+            replicas = tuple(i.strip() for i in configs.get(key, "").split(",") if i.strip())
+            return lists_replica(replicas, index, self.local_id)
+
+        partition.leader_throttle = self.leader_quota if listed(LEADER_THROTTLED) else None
+        partition.follower_throttle = self.follower_quota if listed(FOLLOWER_THROTTLED) else None
 
     def reconcile(self) -> None:
         cache = self.link.cache
@@ -157,6 +185,7 @@ class ReplicaManager:
             if partition is None:
                 return
         partition.min_insync_replicas = self.min_isr_for(topic, cache.topics[topic].configs)
+        self._apply_throttles(partition, cache.topics[topic].configs)
         self._apply(partition, current.state, replicas, current.version)
 
     def _open(self, topic: str, index: int) -> Partition | None:

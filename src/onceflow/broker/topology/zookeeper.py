@@ -139,11 +139,14 @@ class ZkTopology:
                     socket_timeout_ms=config.replica_socket_timeout_ms,
                     security=self._inter_broker_security,
                 ),
+                quota_window_num=config.replication_quota_window_num,
+                quota_window_s=config.replication_quota_window_size_seconds,
             ),
             self._clock,
             self.internal_topics,
             self._min_isr,
         )
+        self._set_throttle_rates()
         self.controller = Controller(
             self.link,
             self.node_id,
@@ -360,6 +363,13 @@ class ZkTopology:
 
     def refresh_configs(self) -> None:
         self.replicas.refresh_configs()
+        self._set_throttle_rates()
+
+    def _set_throttle_rates(self) -> None:
+        config = self._config()
+        self.replicas.set_throttle_rates(
+            config.leader_replication_throttled_rate, config.follower_replication_throttled_rate
+        )
 
     def controller_id(self) -> int:
         controller = self.cache.controller_id
