@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from onceflow.cli.main import main
-from tests.cluster.reassign_helpers import ongoing, replicas_and_isr, wait_reassigned
+from tests.cluster.reassign_helpers import (
+    ongoing,
+    replicas_and_isr,
+    topic_with_a_spare,
+    wait_reassigned,
+)
 from tests.helpers.clients import admin_client, create_topic, produce_and_confirm, producer
 from tests.helpers.cluster import Cluster, cluster_factory
 
@@ -144,10 +149,8 @@ def test_cancel_and_refusals(
     cluster_factory: Callable[..., Cluster], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cluster = cluster_factory(3)
-    topic = create_topic(cluster.bootstrap, partitions=1, replication_factor=2)
-    original, _ = replicas_and_isr(cluster, topic, 0)
-    spare = ({1, 2, 3} - set(original)).pop()
-    base = ["--bootstrap-server", cluster.bootstrap]
+    topic, original, spare, others = topic_with_a_spare(cluster)
+    base = ["--bootstrap-server", others]
     plan = tmp_path / "plan.json"
     target = [spare, original[0]]
     plan.write_text(
@@ -177,7 +180,13 @@ def test_cancel_and_refusals(
     try:
         code, out = _run([*base, "--execute", "--reassignment-json-file", str(plan)], capsys)
         assert code == 0, out
-        assert (topic, 0) in ongoing(cluster)
+        assert (topic, 0) in ongoing(cluster, others)
+        code, out = _run([*base, "--list"], capsys)
+        assert out.splitlines() == [
+            "Current partition reassignments:",
+            f"{topic}-0: replicas: {spare},{original[0]},{original[1]}. adding: {spare}. "
+            f"removing: {original[1]}.",
+        ]
         code, out = _run(
             [*base, "--cancel", "--reassignment-json-file", str(plan), "--preserve-throttles"],
             capsys,
@@ -187,4 +196,5 @@ def test_cancel_and_refusals(
     finally:
         cluster.broker(spare).resume()
     wait_reassigned(cluster, {(topic, 0): tuple(original)})
+    assert _run([*base, "--list"], capsys) == (0, "No partition reassignments found.\n")
     cluster.finish()

@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from onceflow.errors import ErrorCode
-from tests.cluster.reassign_helpers import T, alter, ongoing, replicas_and_isr, wait_reassigned
+from tests.cluster.reassign_helpers import (
+    T,
+    alter,
+    ongoing,
+    replicas_and_isr,
+    topic_with_a_spare,
+    wait_reassigned,
+)
 from tests.helpers.clients import (
     consume_until,
     consumer,
@@ -83,20 +90,18 @@ def test_cancel_goes_back_to_the_original_replicas(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
     cluster = cluster_factory(3)
-    topic = create_topic(cluster.bootstrap, partitions=1, replication_factor=2)
+    topic, original, spare, others = topic_with_a_spare(cluster)
     p = producer(cluster.bootstrap, acks="all")
     assert not produce_and_confirm(p, topic, ((0, None, b"x", None) for _ in range(50))).errors
-    original, _ = replicas_and_isr(cluster, topic, 0)
-    spare = ({1, 2, 3} - set(original)).pop()
     cluster.broker(spare).pause()  # registered, but cannot catch up
     try:
         target = (spare, original[0])
-        assert alter(cluster, {(topic, 0): target}) == {(topic, 0): ErrorCode.none}
-        pending = ongoing(cluster)
+        assert alter(cluster, {(topic, 0): target}, others) == {(topic, 0): ErrorCode.none}
+        pending = ongoing(cluster, others)
         assert pending == {
             (topic, 0): ((spare, original[0], original[1]), (spare,), (original[1],))
         }
-        assert alter(cluster, {(topic, 0): None}) == {(topic, 0): ErrorCode.none}
+        assert alter(cluster, {(topic, 0): None}, others) == {(topic, 0): ErrorCode.none}
     finally:
         cluster.broker(spare).resume()
     wait_reassigned(cluster, {(topic, 0): tuple(original)})

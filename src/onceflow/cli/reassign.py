@@ -4,7 +4,8 @@
 --broker-list (Kafka's placement, rack-aware unless --disable-rack-aware); --execute starts
 the reassignment in --reassignment-json-file (AlterPartitionReassignments), throttling the
 replication it causes with --throttle B/s; --verify reports each partition and, once all
-are done, removes the throttles; --cancel goes back to the original replicas. Kafka's JSON
+are done, removes the throttles; --cancel goes back to the original replicas; --list shows
+what is in progress. Kafka's JSON
 files and output lines; a refused partition makes the exit code 1.
 """
 
@@ -43,7 +44,7 @@ from onceflow.errors import ErrorCode
 
 __all__ = ["propose", "register"]
 
-ACTIONS = ("generate", "execute", "verify", "cancel")
+ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 EXISTING = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to "
     "override this and create a new partition assignment in addition to the existing one. "
@@ -102,6 +103,8 @@ def run_reassign(args: argparse.Namespace) -> int:
     with Cluster(args.bootstrap_server, TIMEOUT_MS / 1000, wire_security(args)) as cluster:
         if args.generate:
             return _generate(cluster, args)
+        if args.list:
+            return _list(cluster)
         targets = parse_reassignment(_read(args.reassignment_json_file, "--reassignment-json-file"))
         if args.execute:
             return _execute(cluster, args, targets)
@@ -236,6 +239,21 @@ def _failures(results: dict[tuple[str, int], tuple[int, str | None]]) -> list[st
         for (t, p), (code, message) in sorted(results.items())
         if code != ErrorCode.none
     ]
+
+
+def _list(cluster: Cluster) -> int:
+    """Kafka's --list: every reassignment in progress."""
+    found = list_reassignments(cluster)
+    if not found:
+        print("No partition reassignments found.")
+        return 0
+    print("Current partition reassignments:")
+    for (topic, partition), (replicas, adding, removing) in sorted(found.items()):
+        print(
+            f"{topic}-{partition}: replicas: {','.join(map(str, replicas))}. "
+            f"adding: {','.join(map(str, adding))}. removing: {','.join(map(str, removing))}."
+        )
+    return 0
 
 
 # ---- verify and cancel -------------------------------------------------------------
