@@ -8,6 +8,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewPartitions
+
 from onceflow.errors import ErrorCode
 from tests.cluster.reassign_helpers import (
     T,
@@ -18,6 +22,7 @@ from tests.cluster.reassign_helpers import (
     wait_reassigned,
 )
 from tests.helpers.clients import (
+    admin_client,
     consume_until,
     consumer,
     create_topic,
@@ -101,6 +106,12 @@ def test_cancel_goes_back_to_the_original_replicas(
         assert pending == {
             (topic, 0): ((spare, original[0], original[1]), (spare,), (original[1],))
         }
+        # No partition is added to a topic while one of its partitions moves (Kafka's rule).
+        admin = admin_client(others)
+        grow = admin.create_partitions([NewPartitions(topic, 2)])[topic]
+        with pytest.raises(KafkaException) as refused:
+            grow.result(timeout=T)
+        assert refused.value.args[0].code() == KafkaError.REASSIGNMENT_IN_PROGRESS
         assert alter(cluster, {(topic, 0): None}, others) == {(topic, 0): ErrorCode.none}
     finally:
         cluster.broker(spare).resume()

@@ -471,6 +471,11 @@ class ZkTopology:
         meta = self.cache.topics.get(name)
         if meta is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        if meta.adding or meta.removing:  # as Kafka's ZkAdminManager refuses it
+            raise KafkaError(
+                ErrorCode.reassignment_in_progress,
+                f"A partition reassignment is in progress for the topic '{name}'.",
+            )
         current = {p: list(r) for p, r in meta.assignment.items()}
         if total <= len(current):
             raise KafkaError(
