@@ -79,6 +79,11 @@ def test_alter_partition_reassignments_alone(tmp_path: Path, version: int) -> No
         }
         dead = await h.call(ALTER, version, **alter_fields(version, {(OPEN, 1): (me, me + 1)}))
         assert answers(dead) == {(OPEN, 1): ErrorCode.invalid_replica_assignment}
+        if version >= 1:  # KIP-860: the answer echoes allowReplicationFactorChange
+            fields = alter_fields(version, {(OPEN, 0): (me,)})
+            kept = await h.call(ALTER, version, allow_replication_factor_change=False, **fields)
+            assert kept.allow_replication_factor_change is False
+            assert answers(kept) == {(OPEN, 0): ErrorCode.none}
 
     run(tmp_path, body)
 

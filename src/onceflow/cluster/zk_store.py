@@ -450,7 +450,10 @@ class ZkMetadataStore:
                 raw, stat = self._zk.get(topic_path(topic))
             except NoNodeError as exc:
                 raise NoSuchTopic(f"no topic '{topic}'") from exc
-            updated = change(TopicAssignment.decode(topic, raw))
+            current = TopicAssignment.decode(topic, raw)
+            updated = change(current)
+            if updated == current:
+                return current, int(stat.version)  # nothing to write (every part refused)
             try:
                 written = self._zk.set(topic_path(topic), updated.encode(), version=stat.version)
             except BadVersionError:

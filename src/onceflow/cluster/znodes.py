@@ -222,7 +222,7 @@ class TopicAssignment:
             {
                 "version": 3,
                 "topic_id": self.topic_id,
-                "partitions": lists(self.partitions),
+                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
                 "adding_replicas": lists(self.adding),
                 "removing_replicas": lists(self.removing),
             }

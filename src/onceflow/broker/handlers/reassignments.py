@@ -24,20 +24,23 @@ from onceflow.security.acl import AclOperation
 
 
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    allow = bool(getattr(request, "allow_replication_factor_change", True))
     if not authz.cluster_authorized(ctx, AclOperation.ALTER):
-        return _alter_response(ctx, ErrorCode.cluster_authorization_failed, {})
+        return _alter_response(ctx, ErrorCode.cluster_authorization_failed, {}, allow)
     requested: dict[tuple[str, int], tuple[int, ...] | None] = {}
     for topic in request.topics:
         for p in topic.partitions:
             replicas = None if p.replicas is None else tuple(int(r) for r in p.replicas)
             requested[(topic.name, int(p.partition_index))] = replicas
-    allow = bool(getattr(request, "allow_replication_factor_change", True))
     results = await ctx.broker.topology.alter_partition_reassignments(requested, allow)
-    return _alter_response(ctx, ErrorCode.none, results)
+    return _alter_response(ctx, ErrorCode.none, results, allow)
 
 
 def _alter_response(
-    ctx: RequestContext, error: ErrorCode, results: dict[tuple[str, int], ElectionResult]
+    ctx: RequestContext,
+    error: ErrorCode,
+    results: dict[tuple[str, int], ElectionResult],
+    allow_rf_change: bool,
 ) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), (code, message) in sorted(results.items()):
@@ -51,6 +54,7 @@ def _alter_response(
         )
     return ctx.response(
         throttle_time=datetime.timedelta(0),
+        allow_replication_factor_change=allow_rf_change,  # v1 echoes it (KIP-860)
         error_code=error,
         error_message=None,
         responses=tuple(
