@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.cluster.reassign_helpers import (
     topic_with_a_spare,
     wait_reassigned,
 )
+from tests.helpers.broker import free_port
 from tests.helpers.clients import admin_client, create_topic, produce_and_confirm, producer
 from tests.helpers.cluster import Cluster, cluster_factory
 
@@ -35,6 +37,17 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
     return code, out.out + out.err
 
 
+def _metric(port: int, sample: str) -> float:
+    """One sample of a broker's /metrics, by its exposition name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    raise AssertionError(f"no sample {sample} in the metrics")
+
+
 def _configs(cluster: Cluster, kind: str, name: str) -> dict[str, str]:
     from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -48,8 +61,11 @@ def _configs(cluster: Cluster, kind: str, name: str) -> dict[str, str]:
 def test_generate_execute_throttled_verify(
     cluster_factory: Callable[..., Cluster], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    ports = {b: free_port() for b in (1, 2, 3, 4)}
+    metrics = {b: {"onceflow.metrics.listener": f"127.0.0.1:{port}"} for b, port in ports.items()}
     cluster = cluster_factory(
         3,
+        broker_overrides={b: metrics[b] for b in (1, 2, 3)},
         overrides={
             "replication.quota.window.num": "2",  # a rate measured over about a second
             "replica.fetch.max.bytes": "65536",
@@ -66,7 +82,7 @@ def test_generate_execute_throttled_verify(
     )
     assert not sent.errors
     [old], _ = replicas_and_isr(cluster, topic, 0)
-    cluster.add_broker()
+    cluster.add_broker(metrics[4])
     cluster.wait_formed()
     base = ["--bootstrap-server", cluster.bootstrap]
 
@@ -117,6 +133,7 @@ def test_generate_execute_throttled_verify(
     assert code == 0
     assert f"Reassignment of partition {topic}-0 is still in progress." in out
     assert "Clearing" not in out
+    assert _metric(ports[old], "onceflow_reassigning_partitions") == 1
     wait_reassigned(cluster, {(topic, 0): tuple(target)}, timeout=120)
     took = time.monotonic() - started
     copied = sum(
@@ -126,6 +143,12 @@ def test_generate_execute_throttled_verify(
     with capsys.disabled():
         print(f"\nthrottled copy: {copied} B in {took:.1f} s = {rate:.0f} B/s (limit {RATE})")
     assert copied > RECORDS * SIZE
+    # Every byte copied went through the throttles, and the metrics count them.
+    follower = 'onceflow_replication_throttled_bytes_total{throttle="follower"}'
+    leader = 'onceflow_replication_throttled_bytes_total{throttle="leader"}'
+    assert _metric(ports[4], follower) >= copied
+    assert _metric(ports[old], leader) >= copied
+    assert _metric(ports[old], "onceflow_reassigning_partitions") == 0
     assert rate < 1.5 * RATE, f"the throttle did not hold: {rate:.0f} B/s"
 
     code, out = _run([*base, "--verify", "--reassignment-json-file", str(plan)], capsys)

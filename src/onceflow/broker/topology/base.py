@@ -69,6 +69,9 @@ class ReplicationSummary:
     isr_shrinks: int
     isr_expands: int
     active_controller: bool
+    reassigning: int = 0  # partitions led here that are being reassigned
+    throttled_leader_bytes: int = 0  # bytes sent or copied under the replication throttles
+    throttled_follower_bytes: int = 0
 
 
 class Peers(Protocol):

@@ -353,12 +353,20 @@ class ZkTopology:
             for topic, index, _ in cache.partitions()
             if cache.leader_of(topic, index) < 0
         )
+        reassigning = sum(
+            1
+            for (topic, index), p in self.replicas.partitions.items()
+            if p.role is Role.LEADER and (topic, index) in ongoing(cache, [(topic, index)])
+        )
         return ReplicationSummary(
             under,
             frozenset(offline),
             self.replicas.isr_shrinks,
             self.replicas.isr_expands,
             self.controller.active,
+            reassigning,
+            self.replicas.leader_quota.throttled_bytes,
+            self.replicas.follower_quota.throttled_bytes,
         )
 
     def refresh_configs(self) -> None:
