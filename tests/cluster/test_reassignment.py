@@ -16,6 +16,7 @@ from onceflow.errors import ErrorCode
 from tests.cluster.reassign_helpers import (
     T,
     alter,
+    controller_of,
     ongoing,
     replicas_and_isr,
     topic_with_a_spare,
@@ -120,4 +121,40 @@ def test_cancel_goes_back_to_the_original_replicas(
     while _replica_dir(cluster, spare, topic, 0).exists():
         assert time.monotonic() < deadline, "the cancelled replica's directory is still there"
         time.sleep(0.2)
+    cluster.finish()
+
+
+def test_a_new_controller_resumes_a_reassignment(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """The controller, an old replica (and often the leader) of a partition being moved,
+    is killed while the new replica cannot copy yet: the next controller carries the move
+    to its end from ZooKeeper alone, and nothing acknowledged is lost."""
+    cluster = cluster_factory(3, overrides={"min.insync.replicas": "1"})
+    topic, original, spare, others = topic_with_a_spare(cluster)
+    controller = controller_of(cluster)
+    assert controller in original and spare != controller
+    p = producer(cluster.bootstrap, acks="all", **{"enable.idempotence": True})
+    sent = produce_and_confirm(p, topic, ((0, None, b"a%d" % i, None) for i in range(300)))
+    assert not sent.errors
+    stays = next(b for b in original if b != controller)
+    target = (spare, stays)
+    cluster.broker(spare).pause()
+    try:
+        assert alter(cluster, {(topic, 0): target}, others) == {(topic, 0): ErrorCode.none}
+        cluster.broker(controller).kill()
+    finally:
+        cluster.broker(spare).resume()
+    wait_reassigned(cluster, {(topic, 0): target}, timeout=T)
+    assert controller_of(cluster) != controller
+    cluster.broker(controller).start()
+    deadline = time.monotonic() + T
+    while _replica_dir(cluster, controller, topic, 0).exists():
+        assert time.monotonic() < deadline, "the moved-away replica is still on the old broker"
+        time.sleep(0.2)
+    c = consumer(cluster.bootstrap, "resumed", **{"auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = consume_until(c, lambda m: len(m) >= 300, timeout=T)
+    c.close()
+    assert [m.value() for m in got] == [b"a%d" % i for i in range(300)]
     cluster.finish()

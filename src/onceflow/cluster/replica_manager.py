@@ -160,6 +160,27 @@ class ReplicaManager:
                 self._reconcile_one(topic, index)
         for key in [k for k in self.partitions if k not in assigned]:
             self._remove(key)
+        self._drop_moved_away(assigned)
+
+    def _drop_moved_away(self, assigned: set[tuple[str, int]]) -> None:
+        """Delete the replicas this broker still holds of partitions reassigned elsewhere
+        while it was down (Kafka's ZooKeeper-era brokers kept such stray logs): the topic,
+        by its id, is the one on disk and its assignment no longer names this broker."""
+        cache = self.link.cache
+        for plog in list(self.logs):
+            key = (plog.topic, plog.partition)
+            if key in assigned or key in self.partitions:
+                continue
+            meta = cache.topics.get(plog.topic)
+            info = self.logs.topics.get(plog.topic)
+            if meta is None or info is None or info.topic_id != meta.topic_id:
+                continue
+            if self.local_id not in meta.assignment.get(plog.partition, (self.local_id,)):
+                log.info("%s-%d: reassigned away while this broker was down; removing it", *key)
+                try:
+                    self.logs.drop_partition(plog.topic, plog.partition, delete=True)
+                except Exception:
+                    log.exception("removing %s-%d failed", *key)
 
     def _reconcile_one(self, topic: str, index: int) -> None:
         cache = self.link.cache
