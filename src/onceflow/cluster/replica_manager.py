@@ -3,7 +3,11 @@
 At every metadata change it walks the partitions assigned to this broker: it makes sure a
 local log exists, and makes each replica leader, follower (handing it to the fetcher of its
 leader's broker) or offline, as the partition's state in ZooKeeper says. Replicas no longer
-assigned here (a deleted topic) are stopped and their files deleted.
+assigned here (a deleted topic, a partition reassigned away, even while this broker was
+down) are stopped and their files deleted.
+
+Throttled replicas (KIP-73) carry this broker's leader or follower `ReplicationQuota`, as
+their topic's `*.replication.throttled.replicas` name them; the rates are dynamic configs.
 
 As leader of a partition it proposes ISR changes itself, by compare-and-set on the state's
 znode version (Kafka's ZooKeeper-era leaders did): a follower that has not caught up for
