@@ -18,6 +18,8 @@ its records are exactly those of the committed transactions on disk, the group's
 at the input's end, every record the idempotent producer had acknowledged is there exactly
 once, every moved partition's replicas and ISR are its target, and its replicas hold the
 same bytes; every broker exits cleanly, having logged no internal error.
+
+Not marked slow: about half a minute, like the cluster tests.
 """
 
 from __future__ import annotations
@@ -60,8 +62,6 @@ from tests.helpers.cluster import Cluster, cluster_factory
 from tests.helpers.txn import read_records, wait_stable
 
 __all__ = ["cluster_factory"]
-
-pytestmark = pytest.mark.slow
 
 CHUNKS = 3
 CHUNK = 1000
