@@ -204,6 +204,9 @@ def test_cancel_and_refusals(
         code, out = _run([*base, "--execute", "--reassignment-json-file", str(plan)], capsys)
         assert code == 0, out
         assert (topic, 0) in ongoing(cluster, others)
+        assert main(["topics", "--describe", "--topic", topic, *base]) == 0
+        described = capsys.readouterr().out
+        assert f"\tAdding Replicas: {spare}\tRemoving Replicas: {original[1]}" in described
         code, out = _run([*base, "--list"], capsys)
         assert out.splitlines() == [
             "Current partition reassignments:",

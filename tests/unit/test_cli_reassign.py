@@ -3,11 +3,14 @@ words, the rack-aware proposal of --generate and the throttled replica lists of 
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 
+from onceflow.cli import topic_views
 from onceflow.cli.common import CliError
 from onceflow.cli.reassign import propose, throttled_replicas
 from onceflow.cli.reassign_json import (
@@ -85,3 +88,31 @@ def test_throttled_replicas_are_kafkas_lists() -> None:
     current = {("t", 0): (1, 2), ("t", 1): (2, 3), ("t", 2): (3, 1)}
     targets = {("t", 0): (4, 2), ("t", 1): (2, 3), ("t", 2): (3, 4)}
     assert throttled_replicas(current, targets) == {"t": ("0:1,0:2,2:3,2:1", "0:4,2:4")}
+
+
+def test_topics_describe_shows_a_reassignment_as_kafkas_tool(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def partition(pid: int, replicas: list[int], isr: list[int]) -> SimpleNamespace:
+        return SimpleNamespace(id=pid, leader=isr[0], replicas=replicas, isrs=isr, error=None)
+
+    topic = SimpleNamespace(
+        partitions={0: partition(0, [4, 2, 1], [1, 2]), 1: partition(1, [2, 1], [2, 1])}
+    )
+    flags = ("under_replicated", "unavailable", "under_min_isr", "at_min_isr")
+    args = argparse.Namespace(
+        all_configs=False,
+        topics_with_overrides=False,
+        **{f"{f}_partitions": False for f in flags},
+    )
+    topic_views.describe_one("t", topic, [], None, args, {0: ((4,), (1,))})
+    assert capsys.readouterr().out.splitlines() == [
+        "Topic: t\tPartitionCount: 2\tReplicationFactor: 2\tConfigs: ",
+        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 4,2,1\tIsr: 1,2"
+        "\tAdding Replicas: 4\tRemoving Replicas: 1",
+        "\tTopic: t\tPartition: 1\tLeader: 2\tReplicas: 2,1\tIsr: 2,1",
+    ]
+    # The replica being added does not make the partition under-replicated.
+    args.under_replicated_partitions = True
+    topic_views.describe_one("t", topic, [], None, args, {0: ((4,), (1,))})
+    assert capsys.readouterr().out == ""
