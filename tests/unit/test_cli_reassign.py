@@ -12,7 +12,7 @@ import pytest
 
 from onceflow.cli import topic_views
 from onceflow.cli.common import CliError
-from onceflow.cli.reassign import propose, throttled_replicas
+from onceflow.cli.reassign import move_map, propose, throttled_replicas
 from onceflow.cli.reassign_json import (
     format_reassignment,
     parse_reassignment,
@@ -41,14 +41,16 @@ def test_reassignment_json_round_trips_in_kafkas_format() -> None:
         ('{"partitions":[]}', "Partition reassignment list cannot be empty"),
         (
             '{"partitions":[{"topic":"a","partition":0,"replicas":[1,1]}]}',
-            "Partition replica lists may not contain duplicate entries: a-0 contains 1, 1",
+            "Partition replica lists may not contain duplicate entries: "
+            "a-0 contains multiple entries for 1",
         ),
         (
             '{"partitions":[{"topic":"a","partition":0,"replicas":[1]},'
             '{"topic":"a","partition":0,"replicas":[2]}]}',
-            "Reassignment data contains duplicate partitions: a-0",
+            "Partition reassignment contains duplicate topic partitions: a-0",
         ),
         ('{"partitions":[{"topic":"a","partition":"0","replicas":[1]}]}', "needs a topic"),
+        ('{"partitions":[{"topic":"a","partition":0,"replicas":[]}]}', "list cannot be empty"),
         (
             '{"partitions":[{"topic":"a","partition":0,"replicas":[1],"log_dirs":["/d"]}]}',
             'must be "any"',
@@ -66,7 +68,7 @@ def test_topics_to_move() -> None:
         "a",
         "b",
     ]
-    with pytest.raises(CliError, match="duplicate entries: a"):
+    with pytest.raises(CliError, match=r"duplicate entries: \[a\]"):
         parse_topics_to_move('{"topics":[{"topic":"a"},{"topic":"a"}]}')
     with pytest.raises(CliError, match="Missing topics field"):
         parse_topics_to_move("{}")
@@ -87,7 +89,14 @@ def test_generate_keeps_each_factor_and_spreads_over_racks() -> None:
 def test_throttled_replicas_are_kafkas_lists() -> None:
     current = {("t", 0): (1, 2), ("t", 1): (2, 3), ("t", 2): (3, 1)}
     targets = {("t", 0): (4, 2), ("t", 1): (2, 3), ("t", 2): (3, 4)}
-    assert throttled_replicas(current, targets) == {"t": ("0:1,0:2,2:3,2:1", "0:4,2:4")}
+    ongoing = {("t", 5): ((6, 1, 5), (6,), (5,)), ("u", 0): ((2, 1), (2,), ())}
+    moves = move_map(ongoing, current, targets)
+    assert moves["t"][0] == (frozenset({1, 2}), frozenset({4}))
+    assert moves["t"][5] == (frozenset({1, 5}), frozenset({6}))  # in progress: kept
+    assert throttled_replicas(moves) == {
+        "t": ("0:1,0:2,1:2,1:3,2:1,2:3,5:1,5:5", "0:4,2:4,5:6"),
+        "u": ("0:1", "0:2"),
+    }
 
 
 def test_topics_describe_shows_a_reassignment_as_kafkas_tool(

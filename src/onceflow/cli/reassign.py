@@ -32,6 +32,7 @@ from onceflow.cli.reassign_wire import (
     LEADER_RATE,
     LEADER_REPLICAS,
     TIMEOUT_MS,
+    Ongoing,
     alter_configs,
     alter_reassignments,
     describe,
@@ -146,10 +147,12 @@ def _generate(cluster: Cluster, args: argparse.Namespace) -> int:
         raise CliError(f"--broker-list: not a list of broker ids: {args.broker_list}") from None
     duplicates = sorted({b for b in brokers if brokers.count(b) > 1})
     if duplicates:
-        raise CliError(f"Broker list contains duplicate entries: {','.join(map(str, duplicates))}")
+        raise CliError(
+            f"Broker list contains duplicate entries: [{', '.join(map(str, duplicates))}]"
+        )
     view = describe(cluster, topics)
     if view.missing:
-        raise CliError(f"Topic {view.missing[0]} not found")
+        raise CliError(f"Topic {view.missing[0]} not found.")
     unknown = sorted(set(brokers) - set(view.racks))
     if unknown:
         raise CliError(f"Unknown broker id(s) {','.join(map(str, unknown))}")
@@ -173,64 +176,85 @@ def _generate(cluster: Cluster, args: argparse.Namespace) -> int:
 
 
 def _execute(cluster: Cluster, args: argparse.Namespace, targets: Assignment) -> int:
-    if list_reassignments(cluster) and not args.additional:
+    ongoing = list_reassignments(cluster)
+    if ongoing and not args.additional:
         raise CliError(EXISTING)
     view = describe(cluster, sorted({t for t, _ in targets}))
+    unknown_brokers = sorted({b for r in targets.values() for b in r} - set(view.racks))
+    if unknown_brokers:
+        raise CliError(f"Unknown broker id {unknown_brokers[0]}")
     unknown = sorted(f"{t}-{p}" for t, p in targets if (t, p) not in view.replicas)
     if unknown:
-        raise CliError(f"Unable to find partition: {unknown[0]}")
+        raise CliError(f"Unable to find partition: {', '.join(unknown)}")
     current = {tp: view.replicas[tp] for tp in targets}
     print("Current partition replica assignment\n")
     print(format_reassignment(current))
     print("\nSave this to use as the --reassignment-json-file option during rollback")
     if args.throttle >= 0:
-        _set_throttles(args, current, targets)
-    results = alter_reassignments(cluster, dict(targets))
-    failed = _failures(results)
+        print(
+            "Warning: You must run --verify periodically, until the reassignment completes, "
+            "to ensure the throttle is removed."
+        )
+        moves = move_map(ongoing, current, targets)
+        _set_throttles(args, moves)
+        print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+    failed = _failures(alter_reassignments(cluster, dict(targets)))
     if failed:
         raise CliError("Error reassigning partition(s):\n" + "\n".join(failed))
     names = ",".join(f"{t}-{p}" for t, p in sorted(targets))
-    print(
-        f"Successfully started partition reassignment{'s' if len(targets) > 1 else ''} for {names}"
-    )
+    plural = "s" if len(targets) > 1 else ""
+    print(f"Successfully started partition reassignment{plural} for {names}")
     return 0
 
 
-def throttled_replicas(current: Assignment, targets: Assignment) -> dict[str, tuple[str, str]]:
-    """Kafka's throttled replica lists per topic (leader: the moving partitions' current
-    replicas; follower: their new ones), as "partition:broker,..."."""
-    leaders: dict[str, list[str]] = {}
-    followers: dict[str, list[str]] = {}
-    for (topic, partition), target in sorted(targets.items()):
-        existing = current[(topic, partition)]
-        if tuple(target) == tuple(existing):
-            continue
-        leaders.setdefault(topic, []).extend(f"{partition}:{b}" for b in existing)
-        followers.setdefault(topic, []).extend(
-            f"{partition}:{b}" for b in target if b not in existing
-        )
-    return {
-        topic: (",".join(leaders[topic]), ",".join(followers.get(topic, []))) for topic in leaders
-    }
+#: topic -> partition -> (sources, destinations) of every move, Kafka's PartitionMove.
+Moves = dict[str, dict[int, tuple[frozenset[int], frozenset[int]]]]
 
 
-def _set_throttles(args: argparse.Namespace, current: Assignment, targets: Assignment) -> None:
+def move_map(ongoing: Ongoing, current: Assignment, targets: Assignment) -> Moves:
+    """The partitions moving once these targets start, as Kafka's tool computes them: those
+    in progress (sources: their replicas but the added ones; destinations: the added ones),
+    then each target (sources: the move's in progress, else the current replicas;
+    destinations: the target's other replicas)."""
+    moves: Moves = {}
+    for (topic, partition), (replicas, adding, _) in ongoing.items():
+        sources = frozenset(replicas) - frozenset(adding)
+        moves.setdefault(topic, {})[partition] = (sources, frozenset(adding))
+    for (topic, partition), target in targets.items():
+        known = moves.setdefault(topic, {}).get(partition)
+        sources = known[0] if known is not None else frozenset(current[(topic, partition)])
+        moves[topic][partition] = (sources, frozenset(target) - sources)
+    return moves
+
+
+def throttled_replicas(moves: Moves) -> dict[str, tuple[str, str]]:
+    """Kafka's throttled replica lists per topic, sorted as its tool sorts them: the leader
+    list names every move's sources, the follower list its destinations."""
+    lists: dict[str, tuple[str, str]] = {}
+    for topic, partitions in moves.items():
+        leaders = {f"{p}:{b}" for p, (sources, _) in partitions.items() for b in sources}
+        followers = {f"{p}:{b}" for p, (_, dests) in partitions.items() for b in dests}
+        lists[topic] = (",".join(sorted(leaders)), ",".join(sorted(followers)))
+    return lists
+
+
+def _set_throttles(args: argparse.Namespace, moves: Moves) -> None:
     admin = connect_admin(args)
-    for topic, (leader, follower) in throttled_replicas(current, targets).items():
+    for topic, (leader, follower) in throttled_replicas(moves).items():
         alter_configs(
             admin, ResourceType.TOPIC, topic, {LEADER_REPLICAS: leader, FOLLOWER_REPLICAS: follower}
         )
-    brokers = sorted({b for tp in targets for b in (*current[tp], *targets[tp])})
+    brokers = {
+        b
+        for partitions in moves.values()
+        for move in partitions.values()
+        for b in (*move[0], *move[1])
+    }
     rate = str(args.throttle)
-    for broker in brokers:
+    for broker in sorted(brokers):
         alter_configs(
             admin, ResourceType.BROKER, str(broker), {LEADER_RATE: rate, FOLLOWER_RATE: rate}
         )
-    print(
-        "Warning: You must run --verify periodically, until the reassignment completes, to "
-        "ensure the throttle is removed."
-    )
-    print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
 
 
 def _failures(results: dict[tuple[str, int], tuple[int, str | None]]) -> list[str]:
@@ -249,10 +273,12 @@ def _list(cluster: Cluster) -> int:
         return 0
     print("Current partition reassignments:")
     for (topic, partition), (replicas, adding, removing) in sorted(found.items()):
-        print(
-            f"{topic}-{partition}: replicas: {','.join(map(str, replicas))}. "
-            f"adding: {','.join(map(str, adding))}. removing: {','.join(map(str, removing))}."
-        )
+        line = f"{topic}-{partition}: replicas: {','.join(map(str, replicas))}."
+        if adding:
+            line += f" adding: {','.join(map(str, adding))}."
+        if removing:
+            line += f" removing: {','.join(map(str, removing))}."
+        print(line)
     return 0
 
 
@@ -260,26 +286,25 @@ def _list(cluster: Cluster) -> int:
 
 
 def _verify(cluster: Cluster, args: argparse.Namespace, targets: Assignment) -> int:
+    """Each partition's state; the throttles go once no reassignment at all is in
+    progress (Kafka cannot tell which brokers earlier ones throttled)."""
     ongoing = list_reassignments(cluster)
     view = describe(cluster, sorted({t for t, _ in targets}))
     print("Status of partition reassignment:")
-    done = True
     for (topic, partition), target in sorted(targets.items()):
         name = f"{topic}-{partition}"
+        now = view.replicas.get((topic, partition), ())
         if (topic, partition) in ongoing:
             print(f"Reassignment of partition {name} is still in progress.")
-            done = False
-        elif view.replicas.get((topic, partition)) == tuple(target):
+        elif now == tuple(target):
             print(f"Reassignment of partition {name} is completed.")
         else:
-            now = ",".join(map(str, view.replicas.get((topic, partition), ())))
             print(
                 f"There is no active reassignment of partition {name}, but replica set is "
-                f"{now} rather than {','.join(map(str, target))}."
+                f"{','.join(map(str, now))} rather than {','.join(map(str, target))}."
             )
-            done = False
-    if done and not args.preserve_throttles:
-        print()
+    print()  # where Kafka's tool reports log dir moves: Onceflow has none
+    if not ongoing and not args.preserve_throttles:
         _clear_throttles(args, set(view.racks) | {b for r in targets.values() for b in r}, targets)
     return 0
 
@@ -287,7 +312,7 @@ def _verify(cluster: Cluster, args: argparse.Namespace, targets: Assignment) -> 
 def _clear_throttles(args: argparse.Namespace, brokers: set[int], targets: Assignment) -> None:
     admin = connect_admin(args)
     print(
-        f"Clearing broker-level throttles on broker{'s' if len(brokers) > 1 else ''} "
+        f"Clearing broker-level throttles on broker{'s' if len(brokers) != 1 else ''} "
         f"{','.join(map(str, sorted(brokers)))}"
     )
     for broker in sorted(brokers):
@@ -296,7 +321,7 @@ def _clear_throttles(args: argparse.Namespace, brokers: set[int], targets: Assig
         )
     topics = sorted({t for t, _ in targets})
     print(
-        f"Clearing topic-level throttles on topic{'s' if len(topics) > 1 else ''} "
+        f"Clearing topic-level throttles on topic{'s' if len(topics) != 1 else ''} "
         f"{','.join(topics)}"
     )
     for topic in topics:
@@ -308,19 +333,20 @@ def _clear_throttles(args: argparse.Namespace, brokers: set[int], targets: Assig
 def _cancel(cluster: Cluster, args: argparse.Namespace, targets: Assignment) -> int:
     ongoing = list_reassignments(cluster)
     active = sorted(tp for tp in targets if tp in ongoing)
-    if not active:
+    if active:
+        failed = _failures(alter_reassignments(cluster, dict.fromkeys(active)))
+        if failed:
+            plural = "s" if len(failed) > 1 else ""
+            raise CliError(
+                f"Error cancelling partition reassignment{plural} for:\n" + "\n".join(failed)
+            )
+        names = ",".join(f"{t}-{p}" for t, p in active)
+        plural = "s" if len(active) > 1 else ""
+        print(f"Successfully cancelled partition reassignment{plural} for: {names}")
+    else:
         print("None of the specified partition reassignments are active.")
-        return 0
-    results = alter_reassignments(cluster, {tp: None for tp in active})
-    failed = _failures(results)
-    if failed:
-        raise CliError("Error cancelling partition reassignment(s):\n" + "\n".join(failed))
-    names = ",".join(f"{t}-{p}" for t, p in active)
-    print(
-        f"Successfully cancelled partition reassignment{'s' if len(active) > 1 else ''} "
-        f"for: {names}"
-    )
+    print("None of the specified partition moves are active.")  # no log dir moves here
     if not args.preserve_throttles:
         view = describe(cluster, None)
-        _clear_throttles(args, set(view.racks), targets)
+        _clear_throttles(args, set(view.racks) | {b for r in targets.values() for b in r}, targets)
     return 0

@@ -41,7 +41,7 @@ def parse_topics_to_move(text: str) -> list[str]:
     duplicates = sorted({t for t in topics if topics.count(t) > 1})
     if duplicates:
         raise CliError(
-            f"List of topics to reassign contains duplicate entries: {','.join(duplicates)}"
+            f"List of topics to reassign contains duplicate entries: [{', '.join(duplicates)}]"
         )
     return topics
 
@@ -57,6 +57,7 @@ def parse_reassignment(text: str) -> Assignment:
         raise CliError("Partition reassignment list cannot be empty")
     assignment: Assignment = {}
     duplicates: list[str] = []
+    multiple: list[str] = []
     for entry in entries:
         if not isinstance(entry, dict):
             raise CliError(f"each partition needs a topic, a partition and replicas: {entry}")
@@ -84,17 +85,24 @@ def parse_reassignment(text: str) -> Assignment:
                 f'log_dirs of {topic}-{partition} must be "any" for each replica: '
                 "Onceflow brokers have one log dir"
             )
-        if len(set(replicas)) != len(replicas):
-            raise CliError(
-                f"Partition replica lists may not contain duplicate entries: {topic}-{partition} "
-                f"contains {', '.join(str(r) for r in replicas)}"
+        if not replicas:
+            raise CliError("Partition replica list cannot be empty")
+        repeated = sorted({r for r in replicas if replicas.count(r) > 1})
+        if repeated:
+            multiple.append(
+                f"{topic}-{partition} contains multiple entries for {','.join(map(str, repeated))}"
             )
         if (topic, partition) in assignment:
             duplicates.append(f"{topic}-{partition}")
         assignment[(topic, partition)] = tuple(replicas)
     if duplicates:
         raise CliError(
-            f"Reassignment data contains duplicate partitions: {','.join(sorted(duplicates))}"
+            "Partition reassignment contains duplicate topic partitions: "
+            + ",".join(sorted(set(duplicates)))
+        )
+    if multiple:
+        raise CliError(
+            f"Partition replica lists may not contain duplicate entries: {'. '.join(multiple)}"
         )
     return assignment
 

@@ -28,6 +28,8 @@ from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
 Tp = tuple[str, int]
+#: Each partition being reassigned: replicas, adding, removing.
+Ongoing = dict[Tp, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 TIMEOUT_MS = 30_000
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
@@ -119,9 +121,7 @@ def alter_reassignments(
     }
 
 
-def list_reassignments(
-    cluster: Cluster,
-) -> dict[Tp, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+def list_reassignments(cluster: Cluster) -> Ongoing:
     """Every partition being reassigned: replicas, adding, removing."""
     connection = controller(cluster)
     response = connection.call(
