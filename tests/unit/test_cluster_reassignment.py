@@ -49,14 +49,25 @@ def test_alter_refuses_bad_targets_with_kafkas_words() -> None:
 
 
 def test_cancel_goes_back_to_the_original_replicas() -> None:
+    """A cancel reassigns to the original replicas: the one being added is being removed
+    and stays in the set until they are in sync (it may lead meanwhile); then the controller
+    finishes it like any reassignment."""
     moving = TopicAssignment("id", {0: (2, 3, 4, 1)}, {0: (4,)}, {0: (1,)})
     updated, results = alter(moving, {0: None}, alive=[1, 2, 3, 4])
     assert results[0] == (ErrorCode.none, None)
-    assert updated == TopicAssignment("id", {0: (2, 3, 1)})
+    assert updated == TopicAssignment("id", {0: (2, 3, 1, 4)}, {}, {0: (4,)})
+    in_sync = _cache((2, 3, 1, 4), (), (4,), PartitionState(4, 6, (4, 1, 2, 3), 2))
+    [done] = plan_reassignments(in_sync, 3, set()).completions
+    assert done.assignment == TopicAssignment("id", {0: (2, 3, 1)})
+    assert done.states[0][1] == PartitionState(2, 7, (1, 2, 3), 3)
     # A new target replaces the running one, measured from the original replicas.
     updated, _ = alter(moving, {0: (1, 2, 4)}, alive=[1, 2, 3, 4])
     assert updated.partitions == {0: (1, 2, 4, 3)}
     assert updated.adding == {0: (4,)} and updated.removing == {0: (3,)}
+    # One that drops a replica being added keeps it, being removed, until the target syncs.
+    updated, _ = alter(moving, {0: (1, 2)}, alive=[1, 2, 3, 4])
+    assert updated.partitions == {0: (1, 2, 3, 4)}
+    assert updated.adding == {} and updated.removing == {0: (3, 4)}
 
 
 def _cache(

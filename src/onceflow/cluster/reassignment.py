@@ -100,7 +100,8 @@ def alter(
 ) -> tuple[TopicAssignment, dict[int, AlterResult]]:
     """AlterPartitionReassignments on one topic's assignment: each partition's answer and
     the assignment to write. A target starts (or replaces) a reassignment; None cancels
-    one, back to the original replicas (NO_REASSIGNMENT_IN_PROGRESS if there is none)."""
+    one, reassigning back to the original replicas (NO_REASSIGNMENT_IN_PROGRESS if there
+    is none); the controller finishes it as any other once they are in sync."""
     live = list(alive)
     partitions = dict(current.partitions)
     adding, removing = dict(current.adding), dict(current.removing)
@@ -120,6 +121,11 @@ def alter(
             continue
         wanted = origin if target is None else tuple(target)
         full, added, removed = reassign_to(origin, wanted)
+        # The replicas a cancelled or replaced reassignment was adding stay in the set as
+        # being removed until the new target is in sync: one may lead meanwhile (the
+        # others dead), and a leader outside the replica set would be an orphan.
+        leftover = tuple(r for r in adding.get(partition, ()) if r not in full)
+        full, removed = full + leftover, removed + leftover
         refusal = check_target(wanted, added, live)
         if refusal is None and not allow_rf_change and len(wanted) != len(origin):
             refusal = (
