@@ -23,6 +23,7 @@ from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_br
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
     TXN_TOPIC,
     CreatedTopic,
     validate_topic_name,
@@ -37,6 +38,9 @@ from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry
+from onceflow.coordinator.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
+from onceflow.coordinator.share.group_configs import GroupConfigs
+from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -132,6 +136,19 @@ class Broker:
             topics=self._topic_size,
             topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
         )
+        # Share groups (KIP-932): their members, sessions and share-partitions, with the
+        # share-partitions' state in __share_group_state.
+        self.share_coordinator = ShareCoordinator(
+            self.clock,
+            ShareCoordinatorConfig.from_broker_config(config),
+            ShareStateStore(
+                _ShareStateTopicLog(self.writes),
+                config.share_coordinator_state_topic_num_partitions,
+            ),
+            self.topic_partition_count,
+            GroupConfigs(config),
+        )
+        self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
         # A coordinator serves the keys of the internal partitions this broker leads.
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
@@ -208,6 +225,7 @@ class Broker:
             self.txn_coordinator.poll,
         )
         self._every(0.1, self.group_coordinator.poll)
+        self._every(0.1, self.share_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
         self._every(1.0, self.disk.refresh)  # logs the disk's state changes without traffic
@@ -240,6 +258,11 @@ class Broker:
             if role is Role.LEADER:
                 return self.txn_coordinator.load_partition(partition, leader_epoch)
             self.txn_coordinator.unload(partition, leader_epoch)
+        elif topic == SHARE_STATE_TOPIC:
+            if role is Role.LEADER:
+                self.share_coordinator.store.load_partition(partition, leader_epoch)
+            else:
+                self.share_coordinator.store.unload(partition, leader_epoch)
         return None
 
     def _every(self, seconds: float, action: Callable[[], object]) -> None:
@@ -275,6 +298,8 @@ class Broker:
             self.txn_coordinator.unload(plog.partition)
         elif plog.topic == OFFSETS_TOPIC:
             self.group_coordinator.unload(plog.partition)
+        elif plog.topic == SHARE_STATE_TOPIC:
+            self.share_coordinator.store.unload(plog.partition)
 
     def coordinator_node(
         self, key_type: int, key: str, listener: str | None = None
@@ -501,5 +526,20 @@ class _TxnTopicLog:
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
         for entry in self._writes.read_internal(TXN_TOPIC, partition):
+            if entry.control is None:
+                yield entry.key, entry.value
+
+
+class _ShareStateTopicLog:
+    """The ShareStateLog the share coordinator's store persists through."""
+
+    def __init__(self, writes: Writes) -> None:
+        self._writes = writes
+
+    def append(self, partition: int, batch: bytes) -> Awaitable[int]:
+        return self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch)
+
+    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
+        for entry in self._writes.read_internal(SHARE_STATE_TOPIC, partition):
             if entry.control is None:
                 yield entry.key, entry.value

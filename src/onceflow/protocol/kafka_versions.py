@@ -108,6 +108,11 @@ KAFKA_4_1: dict[int, KafkaApi] = {
 }
 
 _SHARE_GROUPS = "share groups (KIP-932, a preview in Kafka 4.1) are not implemented"
+_SHARE_V2 = "v2 (Kafka 4.2: acquire modes, record limits, renew acknowledgements) is served too"
+_SHARE_PERSISTER = (
+    "the share coordinator's persister requests are not served: a share-partition's "
+    "leader writes its state to __share_group_state itself"
+)
 _DELEGATION_TOKENS = "delegation tokens are not supported"
 _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 
@@ -137,17 +142,15 @@ GAPS: dict[int, str] = {
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
     74: "not implemented: listing config resources (client metrics are not supported)",
-    76: _SHARE_GROUPS,
-    77: _SHARE_GROUPS,
-    78: _SHARE_GROUPS,
-    79: _SHARE_GROUPS,
+    78: _SHARE_V2,
+    79: _SHARE_V2,
     80: _KRAFT,
     81: _KRAFT,
-    83: _SHARE_GROUPS,
-    84: _SHARE_GROUPS,
-    85: _SHARE_GROUPS,
-    86: _SHARE_GROUPS,
-    87: _SHARE_GROUPS,
+    83: _SHARE_PERSISTER,
+    84: _SHARE_PERSISTER,
+    85: _SHARE_PERSISTER,
+    86: _SHARE_PERSISTER,
+    87: _SHARE_PERSISTER,
     90: _SHARE_GROUPS,
     91: _SHARE_GROUPS,
     92: _SHARE_GROUPS,

@@ -15,6 +15,8 @@ from onceflow.broker.handlers import (
     records_admin,
     sasl,
     scram,
+    share_fetch,
+    share_groups,
     topic_partitions,
     txn,
     txn_admin,
@@ -50,6 +52,8 @@ HANDLERS: dict[int, Handler] = {
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **scram.HANDLERS,
+    **share_groups.HANDLERS,
+    **share_fetch.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

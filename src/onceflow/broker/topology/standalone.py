@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
     TXN_TOPIC,
     CreatedTopic,
     partition_count_message,
@@ -128,6 +129,11 @@ class StandaloneTopology:
                 TXN_TOPIC,
                 config.transaction_state_log_num_partitions,
                 config.transaction_state_log_segment_bytes,
+            ),
+            (
+                SHARE_STATE_TOPIC,
+                config.share_coordinator_state_topic_num_partitions,
+                config.share_coordinator_state_topic_segment_bytes,
             ),
         ):
             if topic not in self._logs.topics:
