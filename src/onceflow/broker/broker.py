@@ -39,7 +39,6 @@ from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry
 from onceflow.coordinator.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
-from onceflow.coordinator.share.group_configs import GroupConfigs
 from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.coordinator.transaction.coordinator import (
     TransactionCoordinator,
@@ -146,7 +145,7 @@ class Broker:
                 config.share_coordinator_state_topic_num_partitions,
             ),
             self.topic_partition_count,
-            GroupConfigs(config),
+            config,
         )
         self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
         # A coordinator serves the keys of the internal partitions this broker leads.
@@ -537,7 +536,10 @@ class _ShareStateTopicLog:
         self._writes = writes
 
     def append(self, partition: int, batch: bytes) -> Awaitable[int]:
-        return self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch)
+        # Started now, so appends land in call order whether or not anyone awaits them.
+        return asyncio.ensure_future(
+            self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch)
+        )
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
         for entry in self._writes.read_internal(SHARE_STATE_TOPIC, partition):

@@ -297,7 +297,7 @@ def _response(
             fields.update(
                 acknowledge_error_code=r.ack_error or ErrorCode.none,
                 acknowledge_error_message=None,
-                records=r.records,
+                records=r.records or b"",  # not nullable in kio's schema
                 acquired_records=tuple(
                     ctx.entity(
                         "AcquiredRecords",

@@ -11,6 +11,7 @@ as available, with its delivery count.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,13 +91,13 @@ class ShareCoordinator:
         config: ShareCoordinatorConfig,
         store: ShareStateStore,
         partitions_of: Callable[[str], int | None],
-        group_configs: GroupConfigs,
+        broker_config: BrokerConfig,
     ) -> None:
         self._clock = clock
         self.config = config
         self.store = store
         self._partitions_of = partitions_of
-        self.group_configs = group_configs
+        self.group_configs = GroupConfigs(broker_config, store.group_configs)
         self.groups: dict[str, ShareGroup] = {}
         self.held: dict[ShareKey, HeldPartition] = {}
         self.sessions = ShareSessions()
@@ -150,8 +151,13 @@ class ShareCoordinator:
         for key in [k for k in self.held if k.group_id == group_id]:
             del self.held[key]
         await self.delete_states(self.store_keys(group_id))
-        self.group_configs.forget(group_id)
+        if self.group_configs.overrides(group_id):
+            await self.set_group_configs(group_id, {})
         return ErrorCode.none
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Replace a group's config overrides (validated by the caller), durably."""
+        await self.store.write_group_configs(group_id, configs, self._clock.now_ms())
 
     async def delete_states(self, keys: Sequence[ShareKey]) -> None:
         now = self._clock.now_ms()
@@ -186,11 +192,11 @@ class ShareCoordinator:
                 start = log_start if settings.auto_offset_reset == "earliest" else log_end
                 sp.restore(start, ())
                 held = HeldPartition(topic, sp)
-                self._persist(key, held)
+                _background(self._persist(key, held))
             self.held[key] = held
         if held.partition.start_offset < log_start:  # retention or DeleteRecords passed it
             held.partition.reset_start(log_start)
-            self._persist(key, held)
+            _background(self._persist(key, held))
         return held
 
     def acquire(
@@ -207,7 +213,7 @@ class ShareCoordinator:
         self.counters.acquired += sum(r.last - r.first + 1 for r in got)
         self.counters.redelivered += held.partition.redelivered_total - before
         if any(b.skip for b in batches):
-            self._persist(key, held)  # archived transactions' and control records
+            _background(self._persist(key, held))  # archived aborted and control records
         return got
 
     def acknowledge(
@@ -291,15 +297,10 @@ class ShareCoordinator:
 
 
 def _background(written: Awaitable[int]) -> None:
-    import asyncio
-
-    task = asyncio.ensure_future(written)
-    task.add_done_callback(_log_failure)
+    """A write nobody waits for: a failure is logged (the next write carries the state)."""
+    asyncio.ensure_future(written).add_done_callback(_log_failure)
 
 
-def _log_failure(task: object) -> None:
-    import asyncio
-
-    assert isinstance(task, asyncio.Future)
+def _log_failure(task: asyncio.Future[int]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("share state write failed: %s", task.exception())

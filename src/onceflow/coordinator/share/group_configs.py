@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from onceflow.config import BrokerConfig
@@ -35,9 +35,10 @@ class InvalidGroupConfig(ValueError):
 
 
 class GroupConfigs:
-    def __init__(self, broker: BrokerConfig) -> None:
+    def __init__(self, broker: BrokerConfig, stored: Callable[[str], dict[str, str]]) -> None:
+        """`stored`: a group's overrides as `__share_group_state` holds them."""
         self._broker = broker
-        self._overrides: dict[str, dict[str, str]] = {}
+        self._stored = stored
 
     def set_broker_config(self, broker: BrokerConfig) -> None:
         self._broker = broker
@@ -54,10 +55,10 @@ class GroupConfigs:
         }
 
     def overrides(self, group_id: str) -> dict[str, str]:
-        return dict(self._overrides.get(group_id, {}))
+        return self._stored(group_id)
 
     def of(self, group_id: str) -> ShareGroupSettings:
-        values = {**self.defaults(), **self._overrides.get(group_id, {})}
+        values = {**self.defaults(), **self._stored(group_id)}
         return ShareGroupSettings(
             auto_offset_reset=values[AUTO_OFFSET_RESET],
             isolation_level=values[ISOLATION_LEVEL],
@@ -112,13 +113,3 @@ class GroupConfigs:
                     )
             else:
                 raise InvalidGroupConfig(f"Unknown group config name: {name}")
-
-    def replace(self, group_id: str, configs: Mapping[str, str]) -> None:
-        self.validate(configs)
-        if configs:
-            self._overrides[group_id] = dict(configs)
-        else:
-            self._overrides.pop(group_id, None)
-
-    def forget(self, group_id: str) -> None:
-        self._overrides.pop(group_id, None)

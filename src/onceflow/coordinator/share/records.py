@@ -8,10 +8,14 @@ here). A null value (tombstone) deletes the state (DeleteShareGroupState, Delete
     key   = version:int16 (0) | group:str16 | topic id:16 bytes | partition:int32
     value = version:int16 (0) | state epoch:int32 | start offset:int64 | batches:int32 |
             per batch: first:int64 last:int64 state:int8 delivery count:int16
+
+A group's configs (the GROUP config resource: share.auto.offset.reset, ...) are kept in the
+same topic, in the group's partition, as key version 1 (the group id) and a JSON object.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import uuid
 from typing import NamedTuple
@@ -20,6 +24,7 @@ from onceflow.coordinator.share.partition import StateBatch
 from onceflow.coordinator.share.state import RecordState
 
 KEY_VERSION = 0
+GROUP_CONFIG_KEY_VERSION = 1
 VALUE_VERSION = 0
 _H = struct.Struct(">h")
 _KEY_TAIL = struct.Struct(">16si")
@@ -47,6 +52,31 @@ class CorruptShareRecord(ValueError):
     pass
 
 
+class GroupConfigKey(NamedTuple):
+    group_id: str
+
+
+def encode_group_config(
+    group_id: str, configs: dict[str, str] | None
+) -> tuple[bytes, bytes | None]:
+    group = group_id.encode()
+    key = _H.pack(GROUP_CONFIG_KEY_VERSION) + _H.pack(len(group)) + group
+    value = None if configs is None else json.dumps(configs, sort_keys=True).encode()
+    return key, value
+
+
+def decode_group_config_value(data: bytes) -> dict[str, str]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise CorruptShareRecord(f"bad group config value: {exc}") from exc
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise CorruptShareRecord("bad group config value")
+    return value
+
+
 def encode_key(key: ShareKey) -> bytes:
     group = key.group_id.encode()
     return (
@@ -57,11 +87,13 @@ def encode_key(key: ShareKey) -> bytes:
     )
 
 
-def decode_key(data: bytes) -> ShareKey:
+def decode_key(data: bytes) -> ShareKey | GroupConfigKey:
     try:
         (version,) = _H.unpack_from(data, 0)
         (length,) = _H.unpack_from(data, 2)
         group = data[4 : 4 + length].decode()
+        if version == GROUP_CONFIG_KEY_VERSION and len(data) == 4 + length:
+            return GroupConfigKey(group)
         topic, partition = _KEY_TAIL.unpack_from(data, 4 + length)
     except (struct.error, UnicodeDecodeError) as exc:
         raise CorruptShareRecord(f"bad share state key: {exc}") from exc

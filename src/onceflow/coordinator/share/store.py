@@ -18,10 +18,13 @@ from onceflow.coordinator.group.offsets import partition_for
 from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.share.records import (
     CorruptShareRecord,
+    GroupConfigKey,
     ShareKey,
     ShareSnapshot,
+    decode_group_config_value,
     decode_key,
     decode_value,
+    encode_group_config,
     encode_key,
     encode_value,
 )
@@ -48,6 +51,7 @@ class ShareStateStore:
             num_partitions, serve_all=False, initially_loading=False
         )
         self._states: dict[int, dict[ShareKey, ShareSnapshot]] = {}
+        self._group_configs: dict[int, dict[str, dict[str, str]]] = {}
 
     def partition_for(self, key: ShareKey) -> int:
         return partition_for(key.coordinator_key(), self.num_partitions)
@@ -59,12 +63,18 @@ class ShareStateStore:
         if token is None:
             return
         states: dict[ShareKey, ShareSnapshot] = {}
+        configs: dict[str, dict[str, str]] = {}
         for raw_key, raw_value in self._log.read(partition):
             if raw_key is None:
                 continue
             try:
                 key = decode_key(raw_key)
-                if raw_value is None:
+                if isinstance(key, GroupConfigKey):
+                    if raw_value is None:
+                        configs.pop(key.group_id, None)
+                    else:
+                        configs[key.group_id] = decode_group_config_value(raw_value)
+                elif raw_value is None:
                     states.pop(key, None)
                 else:
                     states[key] = decode_value(raw_value)
@@ -72,6 +82,7 @@ class ShareStateStore:
                 log.warning("skipping a bad record of __share_group_state-%d: %s", partition, exc)
         if self.ownership.current(partition, token):
             self._states[partition] = states
+            self._group_configs[partition] = configs
             self.ownership.finish(partition, token)
         log.info(
             "loaded %d share-partition states of __share_group_state-%d", len(states), partition
@@ -80,9 +91,12 @@ class ShareStateStore:
     def unload(self, partition: int, epoch: int | None = None) -> None:
         if self.ownership.drop(partition, epoch):
             self._states.pop(partition, None)
+            self._group_configs.pop(partition, None)
 
     def _served(self, key: ShareKey) -> dict[ShareKey, ShareSnapshot]:
-        partition = self.partition_for(key)
+        return self._states[self._check_served(self.partition_for(key))]
+
+    def _check_served(self, partition: int) -> int:
         states = self._states.get(partition)
         if states is None or not self.ownership.owns(partition):
             code = (
@@ -91,7 +105,7 @@ class ShareStateStore:
                 else ErrorCode.not_coordinator
             )
             raise KafkaError(code, f"__share_group_state-{partition} is not served here")
-        return states
+        return partition
 
     # -- the persister's requests
 
@@ -121,4 +135,26 @@ class ShareStateStore:
         batch = build_batch([(encode_key(key), None, ())], timestamp_ms=now_ms)
         written = self._log.append(self.partition_for(key), batch)
         states.pop(key, None)
+        return written
+
+    # -- group configs
+
+    def group_partition(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """A group's config overrides ({} when none, or when its partition is elsewhere)."""
+        configs = self._group_configs.get(self.group_partition(group_id), {})
+        return dict(configs.get(group_id, {}))
+
+    def write_group_configs(
+        self, group_id: str, configs: dict[str, str], now_ms: int
+    ) -> Awaitable[int]:
+        partition = self._check_served(self.group_partition(group_id))
+        key, value = encode_group_config(group_id, configs or None)
+        written = self._log.append(partition, build_batch([(key, value, ())], timestamp_ms=now_ms))
+        if configs:
+            self._group_configs[partition][group_id] = dict(configs)
+        else:
+            self._group_configs[partition].pop(group_id, None)
         return written
