@@ -195,3 +195,39 @@ def test_a_broker_kill_loses_no_acknowledgement(broker: BrokerProcess) -> None:
     c.close()
     assert not (set(again) & acked), "an acknowledged record was delivered again"
     assert set(again) | acked == set(range(n))
+
+
+@pytest.mark.broker_overrides(SHORT_LOCKS)
+def test_share_groups_are_listed_described_and_deleted(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from onceflow.client.cluster import Cluster
+    from onceflow.protocol.api_versions import ApiKey
+
+    topic, group = _setup(broker)
+    produce(broker.bootstrap, topic, [b"a", b"b"])
+    c = share_consumer(broker.bootstrap, group, topic)
+    got: list[bytes] = []
+    poll_values([c], lambda: len(got) == 2, on_message=lambda _, m: got.append(m.value()))
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with Cluster(broker.bootstrap) as cluster:
+        _, conn = cluster.group_coordinator(group)
+        listed = conn.call(ApiKey.LIST_GROUPS, states_filter=(), types_filter=("share",)).groups
+        assert [(g.group_id, g.group_type, g.group_state) for g in listed] == [
+            (group, "share", "Stable")
+        ]
+        described = conn.call(
+            ApiKey.SHARE_GROUP_DESCRIBE, group_ids=(group,), include_authorized_operations=False
+        ).groups[0]
+        assert described.error_code == 0 and described.group_state == "Stable"
+        assert [
+            [t.topic_name for t in m.assignment.topic_partitions] for m in described.members
+        ] == [[topic]]
+        # A live member: NON_EMPTY_GROUP; once it left, the group and its state go.
+        assert admin.delete_consumer_groups([group])[group].exception(30) is not None
+        c.close()
+        admin.delete_consumer_groups([group])[group].result(30)
+        gone = conn.call(
+            ApiKey.SHARE_GROUP_DESCRIBE, group_ids=(group,), include_authorized_operations=False
+        ).groups[0]
+        assert gone.error_code == 69  # GROUP_ID_NOT_FOUND

@@ -14,9 +14,10 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.coordinator.group.results import GroupOverview
 from onceflow.coordinator.group.state import GroupState
 from onceflow.coordinator.share.coordinator import ShareCoordinator
-from onceflow.coordinator.share.group import Heartbeat, TopicPartition
+from onceflow.coordinator.share.group import Heartbeat, ShareGroupState, TopicPartition
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.topic_ids import ZERO_UUID
@@ -26,6 +27,7 @@ NO_THROTTLE = datetime.timedelta(0)
 OPERATIONS_NOT_REQUESTED = -(2**31)
 GROUP_KEY = 0
 ASSIGNOR = "simple"
+SHARE_TYPE = "share"  # ListGroups' protocol type and group type of a share group
 
 
 def share_coordinator(ctx: RequestContext) -> ShareCoordinator:
@@ -100,6 +102,19 @@ def _heartbeat(
         heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
         assignment=assignment,
     )
+
+
+def share_overviews(ctx: RequestContext) -> list[GroupOverview]:
+    """ListGroups' rows of the share groups this broker coordinates (type "share")."""
+    coordinator = share_coordinator(ctx)
+    out = []
+    for group_id in sorted(coordinator.group_ids()):
+        if not ctx.broker.coordinator_available(GROUP_KEY, group_id):
+            continue
+        group = coordinator.group(group_id)
+        state = group.state.value if group is not None else ShareGroupState.EMPTY.value
+        out.append(GroupOverview(group_id, SHARE_TYPE, state, SHARE_TYPE))
+    return out
 
 
 def by_topic(
