@@ -198,7 +198,7 @@ def test_reset_start_forgets_what_is_below_it() -> None:
 def test_a_transactional_acknowledgement_takes_effect_on_commit() -> None:
     sp = SharePartition(0, LIMITS)
     sp.acquire("a", batches((0, 9)), 100, 0)
-    assert sp.acknowledge_pending("a", 0, 9, ACCEPT, producer_id=7) is ErrorCode.none
+    assert sp.acknowledge_pending("a", [(0, 9, ACCEPT)], producer_id=7) is ErrorCode.none
     assert sp.expire_locks(10_000) == 0  # the transaction decides, not the lock
     assert sp.acknowledge("a", 0, 0, [ACCEPT], 0) is ErrorCode.invalid_record_state
     assert sp.pending_producers() == {7}
@@ -209,8 +209,8 @@ def test_a_transactional_acknowledgement_takes_effect_on_commit() -> None:
 def test_a_transactional_acknowledgement_is_undone_on_abort() -> None:
     sp = SharePartition(0, LIMITS)
     sp.acquire("a", batches((0, 9)), 100, 0)
-    assert sp.acknowledge_pending("a", 2, 4, ACCEPT, producer_id=7) is ErrorCode.none
-    assert sp.acknowledge_pending("b", 5, 6, ACCEPT, producer_id=7) is (
+    assert sp.acknowledge_pending("a", [(2, 4, ACCEPT)], producer_id=7) is ErrorCode.none
+    assert sp.acknowledge_pending("b", [(5, 6, ACCEPT)], producer_id=7) is (
         ErrorCode.invalid_record_state
     )
     assert sp.complete_pending(7, commit=False) == 3
@@ -218,3 +218,21 @@ def test_a_transactional_acknowledgement_is_undone_on_abort() -> None:
     assert sp.acknowledge("a", 5, 9, [ACCEPT], 0) is ErrorCode.none
     assert sp.start_offset == 2
     assert sp.acquire("b", batches((0, 9)), 100, 0) == [AcquiredRange(2, 4, 2)]
+
+
+def test_a_committed_transactional_acknowledgement_replays_onto_a_snapshot() -> None:
+    sp = SharePartition(0, LIMITS)
+    sp.restore(0, [StateBatch(0, 9, RecordState.AVAILABLE, 1)])
+    sp.force_states([(0, 4, RecordState.ACKNOWLEDGED), (5, 5, RecordState.ARCHIVED)])
+    assert sp.start_offset == 6
+    assert sp.acquire("a", batches((0, 9)), 100, 0) == [AcquiredRange(6, 9, 2)]
+
+
+def test_a_recovered_open_transaction_holds_its_records_until_it_ends() -> None:
+    sp = SharePartition(0, LIMITS)
+    sp.restore(0, [StateBatch(0, 9, RecordState.AVAILABLE, 1)])
+    sp.mark_pending(0, 4, 7, RecordState.ACKNOWLEDGED, member="recovered")
+    assert sp.expire_locks(10**9) == 0
+    assert sp.acquire("a", batches((0, 9)), 100, 0) == [AcquiredRange(5, 9, 2)]
+    sp.complete_pending(7, commit=False)
+    assert sp.acquire("b", batches((0, 9)), 100, 0) == [AcquiredRange(0, 4, 2)]

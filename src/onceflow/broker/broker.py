@@ -148,6 +148,7 @@ class Broker:
             config,
         )
         self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
+        self.writes.on_share_marker = self.share_coordinator.complete_txn
         # A coordinator serves the keys of the internal partitions this broker leads.
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
@@ -535,13 +536,13 @@ class _ShareStateTopicLog:
     def __init__(self, writes: Writes) -> None:
         self._writes = writes
 
-    def append(self, partition: int, batch: bytes) -> Awaitable[int]:
+    def append(
+        self, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> Awaitable[int]:
         # Started now, so appends land in call order whether or not anyone awaits them.
         return asyncio.ensure_future(
-            self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch)
+            self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch, transactional_id)
         )
 
-    def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
-        for entry in self._writes.read_internal(SHARE_STATE_TOPIC, partition):
-            if entry.control is None:
-                yield entry.key, entry.value
+    def read(self, partition: int) -> Iterable[LogEntry]:
+        return self._writes.read_internal(SHARE_STATE_TOPIC, partition)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from onceflow.broker.purgatory import FetchPurgatory
-from onceflow.broker.topics import OFFSETS_TOPIC, TXN_TOPIC
+from onceflow.broker.topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TXN_TOPIC
 from onceflow.broker.topology.base import NO_LEADER, Topology
 from onceflow.broker.verification import RemoteVerification
 from onceflow.config import BrokerConfig
@@ -63,6 +63,8 @@ class Writes:
         self._logs = logs
         self.purgatory = purgatory
         self.replica_purgatory = replica_purgatory
+        #: A transaction marker reached __share_group_state: (producer id, commit, partition).
+        self.on_share_marker: Callable[[int, bool, int], None] | None = None
 
     def attach(
         self,
@@ -165,6 +167,8 @@ class Writes:
                 await wait
             if plog.topic == OFFSETS_TOPIC:
                 self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
+            elif plog.topic == SHARE_STATE_TOPIC and self.on_share_marker is not None:
+                self.on_share_marker(producer_id, commit, plog.partition)
 
     def verify_transactional(
         self,

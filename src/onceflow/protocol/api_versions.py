@@ -62,6 +62,8 @@ class ApiKey(IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    # Onceflow's own: acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
+    TXN_SHARE_ACKNOWLEDGE = 32000
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -111,6 +113,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 2),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),

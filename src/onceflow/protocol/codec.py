@@ -22,6 +22,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from onceflow.errors import ProtocolError
+from onceflow.protocol import txn_share_acknowledge
 from onceflow.protocol.api_versions import ApiKey
 
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -46,16 +47,22 @@ def peek_header(frame: bytes | memoryview) -> RequestHeader:
 
 @cache
 def request_type(api_key: int, api_version: int) -> Any:
+    if api_key == txn_share_acknowledge.API_KEY:  # Onceflow's own API
+        return txn_share_acknowledge.TxnShareAcknowledgeRequest
     return load_request_schema(api_key, api_version)
 
 
 @cache
 def response_type(api_key: int, api_version: int) -> Any:
+    if api_key == txn_share_acknowledge.API_KEY:
+        return txn_share_acknowledge.TxnShareAcknowledgeResponse
     return load_response_schema(api_key, api_version)
 
 
 @cache
 def response_module(api_key: int, api_version: int) -> ModuleType:
+    if api_key == txn_share_acknowledge.API_KEY:
+        return txn_share_acknowledge
     return load_payload_module(api_key, api_version, EntityType.response)
 
 

@@ -154,4 +154,5 @@ GAPS: dict[int, str] = {
     90: _SHARE_GROUPS,
     91: _SHARE_GROUPS,
     92: _SHARE_GROUPS,
+    32000: "Onceflow's own TxnShareAcknowledge: acknowledgements inside a transaction",
 }

@@ -20,6 +20,7 @@ from onceflow.broker.handlers import (
     topic_partitions,
     txn,
     txn_admin,
+    txn_share_ack,
 )
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
@@ -54,6 +55,7 @@ HANDLERS: dict[int, Handler] = {
     **scram.HANDLERS,
     **share_groups.HANDLERS,
     **share_fetch.HANDLERS,
+    **txn_share_ack.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

@@ -27,10 +27,12 @@ from onceflow.coordinator.share.group import (
 )
 from onceflow.coordinator.share.group_configs import GroupConfigs
 from onceflow.coordinator.share.partition import (
+    PENDING_TARGETS,
     AcquiredRange,
     FetchedBatch,
     ShareLimits,
     SharePartition,
+    type_runs,
 )
 from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
 from onceflow.coordinator.share.sessions import ShareSessions
@@ -82,6 +84,9 @@ class HeldPartition:
 
 
 AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
+#: Who holds records tied to an open transaction found at load (their consumer is gone;
+#: the transaction's end decides them).
+RECOVERED_MEMBER = "<recovered transaction>"
 
 
 class ShareCoordinator:
@@ -188,6 +193,9 @@ class ShareCoordinator:
             if snapshot is not None:
                 sp.restore(snapshot.start_offset, snapshot.batches)
                 held = HeldPartition(topic, sp, snapshot.state_epoch)
+                for producer_id, ranges in self.store.pending_for(key):
+                    for first, last, target in ranges:  # held until the transaction ends
+                        sp.mark_pending(first, last, producer_id, target, RECOVERED_MEMBER)
             else:
                 start = log_start if settings.auto_offset_reset == "earliest" else log_end
                 sp.restore(start, ())
@@ -236,6 +244,39 @@ class ShareCoordinator:
         if any(t == AcknowledgeType.RELEASE for _, _, ts in batches for t in ts):
             self.on_available(held.topic, key.partition)
         return error, (self._persist(key, held) if changed else None)
+
+    def txn_acknowledge(
+        self,
+        key: ShareKey,
+        member: str,
+        batches: Sequence[AckBatch],
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+    ) -> tuple[ErrorCode, Awaitable[int] | None]:
+        """Acknowledgements inside `producer_id`'s transaction (its state partition was
+        added to it): validated now, written as the producer's transactional record, and
+        applied by `complete_txn` when its marker arrives."""
+        held = self.held.get(key)
+        if held is None:
+            return ErrorCode.invalid_record_state, None
+        pieces = [p for first, last, types in batches for p in type_runs(first, last, types)]
+        error = held.partition.acknowledge_pending(member, pieces, producer_id)
+        if error is not ErrorCode.none:
+            return error, None
+        ranges = tuple((first, last, PENDING_TARGETS[kind]) for first, last, kind in pieces)
+        written = self.store.write_txn_update(
+            key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
+        )
+        return ErrorCode.none, written
+
+    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        """A transaction's marker reached a `__share_group_state` partition: its
+        acknowledgements there take effect (commit) or the records are released (abort)."""
+        for key in self.store.complete_txn(producer_id, commit, partition):
+            held = self.held.get(key)
+            if held is not None and held.partition.complete_pending(producer_id, commit):
+                self._changed(key, held)
 
     def _count_acks(self, first: int, last: int, types: Sequence[int]) -> None:
         names = {1: "accept", 2: "release", 3: "reject"}

@@ -210,7 +210,7 @@ class SharePartition:
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
-        pieces = _type_runs(first, last, types)
+        pieces = type_runs(first, last, types)
         for lo, hi, kind in pieces:
             for run in self._runs_between(lo, hi):
                 held = run.state is RecordState.ACQUIRED and run.member == member
@@ -255,29 +255,57 @@ class SharePartition:
     # -- transactional acknowledgements (beyond Kafka)
 
     def acknowledge_pending(
-        self, member: str, first: int, last: int, kind: AcknowledgeType, producer_id: int
+        self,
+        member: str,
+        pieces: Sequence[tuple[int, int, AcknowledgeType]],
+        producer_id: int,
     ) -> ErrorCode:
-        """Record an acknowledgement that takes effect when `producer_id`'s transaction
-        commits: the records stay Acquired (and locked: `complete_pending` ends it)."""
-        if kind not in (AcknowledgeType.ACCEPT, AcknowledgeType.REJECT, AcknowledgeType.RELEASE):
-            return ErrorCode.invalid_request
-        if last < first or first < self.start_offset or last >= self.end_offset:
-            return ErrorCode.invalid_record_state
-        for run in self._runs_between(first, last):
-            if run.state is not RecordState.ACQUIRED or run.member != member:
+        """Record acknowledgements that take effect when `producer_id`'s transaction
+        commits: the records stay Acquired, their lock held until `complete_pending`.
+        Nothing changes unless every piece is valid."""
+        for first, last, kind in pieces:
+            if kind not in PENDING_TARGETS:
+                return ErrorCode.invalid_request
+            if last < first or first < self.start_offset or last >= self.end_offset:
                 return ErrorCode.invalid_record_state
-            if run.pending is not None and run.pending[0] != producer_id:
-                return ErrorCode.invalid_record_state
+            for run in self._runs_between(first, last):
+                if run.state is not RecordState.ACQUIRED or run.member != member:
+                    return ErrorCode.invalid_record_state
+                if run.pending is not None and run.pending[0] != producer_id:
+                    return ErrorCode.invalid_record_state
+        for first, last, kind in pieces:
+            self.mark_pending(first, last, producer_id, PENDING_TARGETS[kind])
+        return ErrorCode.none
+
+    def mark_pending(
+        self, first: int, last: int, producer_id: int, target: RecordState, member: str = ""
+    ) -> None:
+        """Tie [first, last] to a transaction (recovery gives `member`: the records were
+        held when the broker stopped, and stay held until the transaction ends)."""
         self._split_at(first)
         self._split_at(last + 1)
-        target = {
-            AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
-            AcknowledgeType.REJECT: RecordState.ARCHIVED,
-            AcknowledgeType.RELEASE: RecordState.AVAILABLE,
-        }[kind]
         for run in self._runs_between(first, last):
-            run.pending = (producer_id, target)
-        return ErrorCode.none
+            if member and run.state is RecordState.AVAILABLE:
+                run.state = RecordState.ACQUIRED
+                run.member = member
+                self.acquired_count += run.size
+            if run.state is RecordState.ACQUIRED:
+                run.pending = (producer_id, target)
+
+    def force_states(self, ranges: Iterable[tuple[int, int, RecordState]]) -> None:
+        """Replay a committed transactional acknowledgement (loading the state log)."""
+        for first, last, state in ranges:
+            if last < self.start_offset or first >= self.end_offset:
+                continue
+            first = max(first, self.start_offset)
+            self._split_at(first)
+            self._split_at(last + 1)
+            for run in self._runs_between(first, last):
+                if not run.state.terminal:
+                    if run.state is RecordState.ACQUIRED:
+                        self.acquired_count -= run.size
+                    run.state, run.member, run.pending = state, None, None
+        self._advance_start()
 
     def complete_pending(self, producer_id: int, commit: bool) -> int:
         """The transaction ended: on commit its acknowledgements take effect; on abort the
@@ -386,9 +414,14 @@ class SharePartition:
 
 
 _TYPES = frozenset(int(t) for t in AcknowledgeType)
+PENDING_TARGETS = {
+    AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
+    AcknowledgeType.REJECT: RecordState.ARCHIVED,
+    AcknowledgeType.RELEASE: RecordState.AVAILABLE,
+}
 
 
-def _type_runs(
+def type_runs(
     first: int, last: int, types: Sequence[int]
 ) -> list[tuple[int, int, AcknowledgeType]]:
     """(first, last, type) for each stretch of equal types."""

@@ -9,6 +9,12 @@ here). A null value (tombstone) deletes the state (DeleteShareGroupState, Delete
     value = version:int16 (0) | state epoch:int32 | start offset:int64 | batches:int32 |
             per batch: first:int64 last:int64 state:int8 delivery count:int16
 
+A transactional acknowledgement (Onceflow's TxnShareAcknowledge) is key version 2 (the
+share-partition's key) in a transactional batch of its producer, with the ranges and the
+states they take: it applies when the producer's COMMIT marker follows, never otherwise.
+
+    txn value = ranges:int32 | per range: first:int64 last:int64 state:int8
+
 A group's configs (the GROUP config resource: share.auto.offset.reset, ...) are kept in the
 same topic, in the group's partition, as key version 1 (the group id) and a JSON object.
 """
@@ -25,6 +31,7 @@ from onceflow.coordinator.share.state import RecordState
 
 KEY_VERSION = 0
 GROUP_CONFIG_KEY_VERSION = 1
+TXN_UPDATE_KEY_VERSION = 2
 VALUE_VERSION = 0
 _H = struct.Struct(">h")
 _KEY_TAIL = struct.Struct(">16si")
@@ -77,6 +84,36 @@ def decode_group_config_value(data: bytes) -> dict[str, str]:
     return value
 
 
+class TxnUpdateKey(NamedTuple):
+    key: ShareKey
+
+
+_RANGE = struct.Struct(">qqb")
+_COUNT = struct.Struct(">i")
+Ranges = tuple[tuple[int, int, RecordState], ...]
+
+
+def encode_txn_update(key: ShareKey, ranges: Ranges) -> tuple[bytes, bytes]:
+    raw_key = _H.pack(TXN_UPDATE_KEY_VERSION) + encode_key(key)[2:]
+    value = _COUNT.pack(len(ranges)) + b"".join(
+        _RANGE.pack(first, last, int(state)) for first, last, state in ranges
+    )
+    return raw_key, value
+
+
+def decode_txn_value(data: bytes) -> Ranges:
+    try:
+        (count,) = _COUNT.unpack_from(data, 0)
+        if len(data) != _COUNT.size + count * _RANGE.size:
+            raise CorruptShareRecord("bad transactional share update")
+        return tuple(
+            (first, last, RecordState(state))
+            for first, last, state in _RANGE.iter_unpack(data[_COUNT.size :])
+        )
+    except (struct.error, ValueError) as exc:
+        raise CorruptShareRecord(f"bad transactional share update: {exc}") from exc
+
+
 def encode_key(key: ShareKey) -> bytes:
     group = key.group_id.encode()
     return (
@@ -87,7 +124,7 @@ def encode_key(key: ShareKey) -> bytes:
     )
 
 
-def decode_key(data: bytes) -> ShareKey | GroupConfigKey:
+def decode_key(data: bytes) -> ShareKey | GroupConfigKey | TxnUpdateKey:
     try:
         (version,) = _H.unpack_from(data, 0)
         (length,) = _H.unpack_from(data, 2)
@@ -95,6 +132,8 @@ def decode_key(data: bytes) -> ShareKey | GroupConfigKey:
         if version == GROUP_CONFIG_KEY_VERSION and len(data) == 4 + length:
             return GroupConfigKey(group)
         topic, partition = _KEY_TAIL.unpack_from(data, 4 + length)
+        if version == TXN_UPDATE_KEY_VERSION and len(data) == 4 + length + _KEY_TAIL.size:
+            return TxnUpdateKey(ShareKey(group, uuid.UUID(bytes=topic), partition))
     except (struct.error, UnicodeDecodeError) as exc:
         raise CorruptShareRecord(f"bad share state key: {exc}") from exc
     if version != KEY_VERSION or len(data) != 4 + length + _KEY_TAIL.size:
