@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -18,10 +19,13 @@ from tests.helpers.share import REPO_ROOT, SHORT_LOCKS, create_topic, produce, s
 from tests.helpers.share_copier import STEPS
 
 
+def _copier(broker: BrokerProcess, group: str, src: str, dst: str) -> list[str]:
+    return [sys.executable, "-m", "tests.helpers.share_copier", broker.bootstrap, group, src, dst]
+
+
 def _run_copier(broker: BrokerProcess, group: str, src: str, dst: str, at: str, n: int) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.share_copier", broker.bootstrap, group, src, dst]
-        + [at, str(n)],
+        [*_copier(broker, group, src, dst), at, str(n)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -44,8 +48,6 @@ def _read_committed(bootstrap: str, topic: str, n: int, timeout: float = 90.0) -
     )
     c.subscribe([topic])
     out: list[bytes] = []
-    import time
-
     deadline = time.monotonic() + timeout
     quiet_until = None
     while time.monotonic() < deadline:
@@ -78,8 +80,7 @@ def test_a_copier_killed_at_every_step_copies_exactly_once(broker: BrokerProcess
         assert f"KILLED {at}" in out
     # A last copier, never killed, finishes the queue while the output is read.
     finisher = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.share_copier", broker.bootstrap, group, src, dst]
-        + ["none", "0"],
+        [*_copier(broker, group, src, dst), "none", "0"],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
