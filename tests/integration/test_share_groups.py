@@ -231,3 +231,58 @@ def test_share_groups_are_listed_described_and_deleted(broker: BrokerProcess) ->
             ApiKey.SHARE_GROUP_DESCRIBE, group_ids=(group,), include_authorized_operations=False
         ).groups[0]
         assert gone.error_code == 69  # GROUP_ID_NOT_FOUND
+
+
+def _cli(broker: BrokerProcess, *args: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "onceflow.cli.main", "share-groups"]
+        + ["--bootstrap-server", broker.bootstrap, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.broker_overrides(SHORT_LOCKS)
+def test_the_cli_lists_describes_and_resets_a_share_group(broker: BrokerProcess) -> None:
+    topic, group = _setup(broker)
+    produce(broker.bootstrap, topic, (str(i).encode() for i in range(10)))
+    c = share_consumer(broker.bootstrap, group, topic)
+    got: list[bytes] = []
+    poll_values([c], lambda: len(got) == 10, on_message=lambda _, m: got.append(m.value()))
+    c.commit_sync()
+    assert group in _cli(broker, "--list").split()
+    members = _cli(broker, "--describe", "--group", group, "--members").splitlines()
+    assert members[0].split() == [
+        "GROUP",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+        "#PARTITIONS",
+        "ASSIGNMENT",
+    ]
+    assert members[1].split()[-1] == f"{topic}:0"
+    c.close()
+    offsets = _cli(broker, "--describe", "--group", group).splitlines()
+    assert offsets[1].split() == [group, topic, "0", "10", "0"]  # start offset 10, no lag
+    assert "Empty" in _cli(broker, "--describe", "--group", group, "--state")
+    _cli(
+        broker, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute"
+    )
+    assert _cli(broker, "--describe", "--group", group).splitlines()[1].split()[3:] == ["0", "10"]
+    again = share_consumer(broker.bootstrap, group, topic)
+    redelivered: list[bytes] = []
+    poll_values(
+        [again],
+        lambda: len(redelivered) == 10,
+        on_message=lambda _, m: redelivered.append(m.value()),
+    )
+    again.close()
+    assert sorted(redelivered) == sorted(got)
+    assert "successful" in _cli(broker, "--delete", "--group", group)
+    assert group not in _cli(broker, "--list").split()

@@ -107,7 +107,6 @@ KAFKA_4_1: dict[int, KafkaApi] = {
     92: KafkaApi("DeleteShareGroupOffsets", 0, 0),
 }
 
-_SHARE_GROUPS = "share groups (KIP-932, a preview in Kafka 4.1) are not implemented"
 _SHARE_V2 = "v2 (Kafka 4.2: acquire modes, record limits, renew acknowledgements) is served too"
 _SHARE_PERSISTER = (
     "the share coordinator's persister requests are not served: a share-partition's "
@@ -151,8 +150,6 @@ GAPS: dict[int, str] = {
     85: _SHARE_PERSISTER,
     86: _SHARE_PERSISTER,
     87: _SHARE_PERSISTER,
-    90: _SHARE_GROUPS,
-    91: _SHARE_GROUPS,
-    92: _SHARE_GROUPS,
+    90: "v1 (Kafka 4.2: the lag) is served too",
     32000: "Onceflow's own TxnShareAcknowledge: acknowledgements inside a transaction",
 }

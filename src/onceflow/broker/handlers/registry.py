@@ -17,6 +17,7 @@ from onceflow.broker.handlers import (
     scram,
     share_fetch,
     share_groups,
+    share_offsets,
     topic_partitions,
     txn,
     txn_admin,
@@ -55,6 +56,7 @@ HANDLERS: dict[int, Handler] = {
     **scram.HANDLERS,
     **share_groups.HANDLERS,
     **share_fetch.HANDLERS,
+    **share_offsets.HANDLERS,
     **txn_share_ack.HANDLERS,
 }
 
