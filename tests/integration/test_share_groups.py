@@ -5,6 +5,8 @@ open transactions, and a broker kill -9 with acknowledgements in flight."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections import Counter
 
@@ -233,13 +235,12 @@ def test_share_groups_are_listed_described_and_deleted(broker: BrokerProcess) ->
         assert gone.error_code == 69  # GROUP_ID_NOT_FOUND
 
 
-def _cli(broker: BrokerProcess, *args: str) -> str:
-    import subprocess
-    import sys
+_ONCEFLOW = (sys.executable, "-m", "onceflow.cli.main")
 
+
+def _cli(broker: BrokerProcess, *args: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "onceflow.cli.main", "share-groups"]
-        + ["--bootstrap-server", broker.bootstrap, *args],
+        [*_ONCEFLOW, "share-groups", "--bootstrap-server", broker.bootstrap, *args],
         capture_output=True,
         text=True,
         timeout=60,
