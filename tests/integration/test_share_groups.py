@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from confluent_kafka import AcknowledgeType, Producer
 
-from tests.helpers.broker import BrokerProcess
+from tests.helpers.broker import BrokerProcess, free_port
 from tests.helpers.share import (
     SHORT_LOCKS,
     ChildShareConsumer,
@@ -23,6 +23,7 @@ from tests.helpers.share import (
     set_group_configs,
     share_consumer,
 )
+from tests.integration.test_metrics import scrape
 
 EXPLICIT = {"share.acknowledgement.mode": "explicit"}
 
@@ -68,7 +69,12 @@ def test_several_consumers_share_one_partition_each_record_to_one(broker: Broker
     assert len(by_consumer) >= 2, f"one consumer took everything: {by_consumer}"
 
 
-@pytest.mark.broker_overrides(SHORT_LOCKS)
+METRICS_PORT = free_port()
+
+
+@pytest.mark.broker_overrides(
+    {**SHORT_LOCKS, "onceflow.metrics.listener": f"127.0.0.1:{METRICS_PORT}"}
+)
 def test_release_delivers_again_and_reject_never(broker: BrokerProcess) -> None:
     topic, group = _setup(broker)
     produce(broker.bootstrap, topic, (str(i).encode() for i in range(10)))
@@ -95,6 +101,12 @@ def test_release_delivers_again_and_reject_never(broker: BrokerProcess) -> None:
     assert accepted == {i for i in range(10) if i % 3 != 1}
     assert {o for o, k in deliveries.items() if k == 2} == {0, 3, 6, 9}
     assert all(deliveries[o] == 1 for o in (1, 4, 7))
+    metrics = scrape(f"http://127.0.0.1:{METRICS_PORT}/metrics")
+    assert metrics.value("onceflow_share_records_acquired_total") == 14
+    assert metrics.value("onceflow_share_records_redelivered_total") == 4
+    assert metrics.value("onceflow_share_records_acknowledged_total", type="release") == 4
+    assert metrics.value("onceflow_share_records_acknowledged_total", type="reject") == 3
+    assert metrics.value("onceflow_share_records_acknowledged_total", type="accept") == 7
 
 
 @pytest.mark.broker_overrides(SHORT_LOCKS)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
 from onceflow.broker.metrics import BrokerMetrics
+from onceflow.broker.metrics_share import ShareStateCollector
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
 from onceflow.broker.topics import (
@@ -149,6 +150,8 @@ class Broker:
         )
         self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
         self.writes.on_share_marker = self.share_coordinator.complete_txn
+        if self.metrics is not None:
+            self.metrics.registry.register(ShareStateCollector(self.share_coordinator))
         # A coordinator serves the keys of the internal partitions this broker leads.
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
