@@ -21,6 +21,7 @@ from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.metrics_share import ShareStateCollector
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
+from onceflow.broker.share_persister import SharePersister
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
@@ -156,6 +157,13 @@ class Broker:
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
         self.topology = self._topology()
+        # A share-partition's state may be led by another broker: the persister asks it.
+        self.share_coordinator.persister = SharePersister(
+            self.share_coordinator.store,
+            lambda: self.topology,
+            self.node_id,
+            self.ensure_share_state_topic,
+        )
         self.writes.attach(
             self.flusher, self.topology, self.txn_coordinator, self.group_coordinator
         )
@@ -339,6 +347,21 @@ class Broker:
             return None
         address = self.topology.endpoint(leader, listener or config.inter_broker_listener().name)
         return None if address is None else (leader, *address)
+
+    def ensure_share_state_topic(self) -> bool:
+        """Whether __share_group_state exists, creating it on first use as the other
+        internal topics are (its default replication factor capped at the brokers)."""
+        config = self.config
+        capped = "share.coordinator.state.topic.replication.factor" not in dict(config.settings)
+        segment = str(config.share_coordinator_state_topic_segment_bytes)
+        return self.topology.ensure_internal_topic(
+            SHARE_STATE_TOPIC,
+            config.share_coordinator_state_topic_num_partitions,
+            config.share_coordinator_state_topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": segment},
+            cap_at_brokers=capped,
+            min_isr=config.share_coordinator_state_topic_min_isr,
+        )
 
     def coordinator_available(self, key_type: int, key: str) -> bool:
         """Whether the log partition behind a group (0) or transactional id (1) is online."""

@@ -109,8 +109,8 @@ KAFKA_4_1: dict[int, KafkaApi] = {
 
 _SHARE_V2 = "v2 (Kafka 4.2: acquire modes, record limits, renew acknowledgements) is served too"
 _SHARE_PERSISTER = (
-    "the share coordinator's persister requests are not served: a share-partition's "
-    "leader writes its state to __share_group_state itself"
+    "not served: share-partition states are initialized by their first read and deleted "
+    "with their group (Read/WriteShareGroupState are served)"
 )
 _DELEGATION_TOKENS = "delegation tokens are not supported"
 _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
@@ -146,8 +146,6 @@ GAPS: dict[int, str] = {
     80: _KRAFT,
     81: _KRAFT,
     83: _SHARE_PERSISTER,
-    84: _SHARE_PERSISTER,
-    85: _SHARE_PERSISTER,
     86: _SHARE_PERSISTER,
     87: _SHARE_PERSISTER,
     90: "v1 (Kafka 4.2: the lag) is served too",

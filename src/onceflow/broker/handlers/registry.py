@@ -18,6 +18,7 @@ from onceflow.broker.handlers import (
     share_fetch,
     share_groups,
     share_offsets,
+    share_state,
     topic_partitions,
     txn,
     txn_admin,
@@ -57,6 +58,7 @@ HANDLERS: dict[int, Handler] = {
     **share_groups.HANDLERS,
     **share_fetch.HANDLERS,
     **share_offsets.HANDLERS,
+    **share_state.HANDLERS,
     **txn_share_ack.HANDLERS,
 }
 

@@ -167,7 +167,9 @@ async def _fetch(
     keys = [(names[tid], p) for tid, p in session.partitions if names[tid] is not None]
     mode = getattr(request, "share_acquire_mode", 0)
     while True:
-        acquired = _acquire_all(ctx, coordinator, request, session, names, denied, mode, results)
+        acquired = await _acquire_all(
+            ctx, coordinator, request, session, names, denied, mode, results
+        )
         remaining = deadline - clock.monotonic_ms()
         errors = any(r.error is not ErrorCode.none for r in results.values())
         if acquired or errors or remaining <= 0 or not keys:
@@ -182,7 +184,7 @@ async def _fetch(
             broker.purgatory.forget(keys, waiter)  # type: ignore[arg-type]
 
 
-def _acquire_all(
+async def _acquire_all(
     ctx: RequestContext,
     coordinator: ShareCoordinator,
     request: Any,
@@ -213,7 +215,7 @@ def _acquire_all(
         try:
             plog = ctx.broker.leader_log(name, partition)
             key = ShareKey(request.group_id, tid, partition)
-            got, data = _acquire_one(
+            got, data = await _acquire_one(
                 coordinator,
                 key,
                 name,
@@ -236,7 +238,7 @@ def _acquire_all(
     return total
 
 
-def _acquire_one(
+async def _acquire_one(
     coordinator: ShareCoordinator,
     key: ShareKey,
     topic: str,
@@ -246,7 +248,7 @@ def _acquire_one(
     max_bytes: int,
     mode: int,
 ) -> tuple[list[AcquiredRange], bytes | None]:
-    held = coordinator.held_partition(key, topic, plog.log_start_offset, plog.high_watermark)
+    held = await coordinator.held_partition(key, topic, plog.log_start_offset, plog.high_watermark)
     settings = coordinator.group_configs.of(key.group_id)
     committed = settings.read_committed
     upper = plog.last_stable_offset if committed else plog.high_watermark

@@ -14,6 +14,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
@@ -72,6 +73,9 @@ class NoPeers:
         *,
         add: bool,
     ) -> dict[TopicPartition, ErrorCode]:
+        raise KafkaError(ErrorCode.not_coordinator, f"broker {broker} is not alive")
+
+    async def share_state(self, broker: int, api_key: int, version: int, request: Any) -> Any:
         raise KafkaError(ErrorCode.not_coordinator, f"broker {broker} is not alive")
 
     def close(self) -> None:

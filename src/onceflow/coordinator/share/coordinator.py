@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
@@ -76,6 +77,17 @@ class ShareCounters:
     lock_expired: int = 0
 
 
+class SnapshotPersister(Protocol):
+    """Reads and writes share-partition snapshots wherever their state partition is led
+    (the store here, or another broker's share coordinator)."""
+
+    async def read(self, key: ShareKey) -> ShareSnapshot | None: ...
+
+    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]: ...
+
+    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
+
+
 @dataclass(slots=True)
 class HeldPartition:
     topic: str
@@ -101,6 +113,8 @@ class ShareCoordinator:
         self._clock = clock
         self.config = config
         self.store = store
+        #: Snapshots go here; the broker replaces it with one that reaches other brokers.
+        self.persister: SnapshotPersister = _LocalPersister(store)
         self._partitions_of = partitions_of
         self.group_configs = GroupConfigs(broker_config, store.group_configs)
         self.groups: dict[str, ShareGroup] = {}
@@ -166,7 +180,7 @@ class ShareCoordinator:
 
     async def delete_states(self, keys: Sequence[ShareKey]) -> None:
         now = self._clock.now_ms()
-        writes = [self.store.delete(key, now) for key in keys]
+        writes = [self.persister.delete(key, now) for key in keys]
         for key in keys:
             self.held.pop(key, None)
         for written in writes:
@@ -174,7 +188,7 @@ class ShareCoordinator:
 
     # -- share-partitions
 
-    def held_partition(
+    async def held_partition(
         self, key: ShareKey, topic: str, log_start: int, log_end: int
     ) -> HeldPartition:
         """The share-partition, initialized on first use: from its durable state, else at
@@ -188,7 +202,10 @@ class ShareCoordinator:
                 settings.delivery_count_limit,
                 self.config.max_record_locks,
             )
-            snapshot = self.store.read(key)
+            snapshot = await self.persister.read(key)
+            held = self.held.get(key)  # another fetch initialized it meanwhile
+            if held is not None:
+                return held
             sp = SharePartition(log_start, limits)
             if snapshot is not None:
                 sp.restore(snapshot.start_offset, snapshot.batches)
@@ -294,8 +311,7 @@ class ShareCoordinator:
         snapshot = ShareSnapshot(
             held.state_epoch, held.partition.start_offset, tuple(held.partition.state_batches())
         )
-        written = self.store.write(key, snapshot, self._clock.now_ms())
-        return written
+        return self.persister.write(key, snapshot, self._clock.now_ms())
 
     def _changed(self, key: ShareKey, held: HeldPartition) -> None:
         """A change nobody waits for (a lock ran out, a member left): written, and the
@@ -308,16 +324,17 @@ class ShareCoordinator:
             _background(written)
         self.on_available(held.topic, key.partition)
 
-    def reset_start(self, key: ShareKey, offset: int) -> Awaitable[int]:
+    async def reset_start(self, key: ShareKey, offset: int) -> None:
         """AlterShareGroupOffsets: a new start offset, everything in flight forgotten."""
         held = self.held.get(key)
         if held is not None:
             held.partition.reset_start(offset)
             held.state_epoch += 1
-            return self._persist(key, held)
-        snapshot = self.store.read(key)
+            await self._persist(key, held)
+            return
+        snapshot = await self.persister.read(key)
         epoch = 0 if snapshot is None else snapshot.state_epoch + 1
-        return self.store.write(key, ShareSnapshot(epoch, offset, ()), self._clock.now_ms())
+        await self.persister.write(key, ShareSnapshot(epoch, offset, ()), self._clock.now_ms())
 
     # -- time
 
@@ -337,11 +354,27 @@ class ShareCoordinator:
                     self._changed(key, held)
 
 
-def _background(written: Awaitable[int]) -> None:
+class _LocalPersister:
+    """A single broker's: the store leads every state partition."""
+
+    def __init__(self, store: ShareStateStore) -> None:
+        self._store = store
+
+    async def read(self, key: ShareKey) -> ShareSnapshot | None:
+        return self._store.read(key)
+
+    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]:
+        return self._store.write(key, snapshot, now_ms)
+
+    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
+        return self._store.delete(key, now_ms)
+
+
+def _background(written: Awaitable[Any]) -> None:
     """A write nobody waits for: a failure is logged (the next write carries the state)."""
     asyncio.ensure_future(written).add_done_callback(_log_failure)
 
 
-def _log_failure(task: asyncio.Future[int]) -> None:
+def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("share state write failed: %s", task.exception())
