@@ -34,6 +34,16 @@ from onceflow.storage.partition_log import PartitionLog
 
 NO_THROTTLE = datetime.timedelta(0)
 _MAX_PARTITION_BYTES = 1 << 20  # one partition's share of a fetch, as Kafka's default
+#: The share-partition's state cannot be read yet (its __share_group_state partition is
+#: being created, loaded or moved): the fetch acquires nothing there and waits, as Kafka's
+#: share fetch does while a share-partition initializes.
+_STATE_NOT_READY = frozenset(
+    {
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
 
 
 @dataclass(slots=True)
@@ -226,8 +236,9 @@ async def _acquire_all(
                 mode,
             )
         except KafkaError as exc:
-            results.setdefault((tid, partition), _Result()).error = exc.code
-            continue
+            if exc.code not in _STATE_NOT_READY:
+                results.setdefault((tid, partition), _Result()).error = exc.code
+            continue  # the share coordinator is moving or loading: nothing yet, not an error
         if got:
             result = results.setdefault((tid, partition), _Result())
             result.acquired, result.records = got, data
