@@ -5,6 +5,7 @@ read committed, is exactly the input: nothing lost, nothing twice."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -97,3 +98,60 @@ def test_a_copier_killed_at_every_step_copies_exactly_once(broker: BrokerProcess
     assert sorted(result) == sorted(f"job-{i}".encode() for i in range(n)), (
         f"{len(result)} records, {len(set(result))} distinct"
     )
+
+
+@pytest.mark.broker_overrides(SHORT_LOCKS)
+def test_a_broker_kill_with_a_transactional_acknowledgement_open(broker: BrokerProcess) -> None:
+    """kill -9 of the broker while a transaction holds acknowledgements: after the restart
+    the records stay held (recovered from __share_group_state) until the producer's
+    successor aborts that transaction; then they are delivered again, and the committed
+    ones never are."""
+    from onceflow.client.errors import ClientError
+    from onceflow.client.participant import TwoPhaseProducer
+    from onceflow.client.share import TransactionalShareConsumer
+
+    src, dst, group = "jobs", "results", "g"
+    create_topic(broker.bootstrap, src)
+    create_topic(broker.bootstrap, dst)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    produce(broker.bootstrap, src, (f"job-{i}".encode() for i in range(20)))
+    consumer = TransactionalShareConsumer(broker.bootstrap, group, [src])
+    producer = TwoPhaseProducer(broker.bootstrap, "copier", two_phase=False)
+    producer.init()
+    first = consumer.poll(10.0, max_records=10)
+    producer.begin()
+    for r in first:
+        producer.produce(dst, r.value)
+    producer.flush()
+    consumer.acknowledge_in_transaction(producer, first)
+    producer.commit()
+    held = consumer.poll(10.0, max_records=10)
+    producer.begin()
+    for r in held:
+        producer.produce(dst, r.value)
+    producer.flush()
+    consumer.acknowledge_in_transaction(producer, held)  # open when the broker dies
+    broker.restart(kill=True)
+    with contextlib.suppress(ClientError):  # their connections died with the broker
+        consumer.close()
+    with contextlib.suppress(ClientError):
+        producer.close()
+    other = TransactionalShareConsumer(broker.bootstrap, group, [src])
+    time.sleep(3)  # longer than the lock: the open transaction, not the lock, holds them
+    assert other.poll(2.0) == []
+    successor = TwoPhaseProducer(broker.bootstrap, "copier", two_phase=False)
+    successor.init()  # aborts the open transaction: its records come back
+    again = other.poll(20.0, max_records=20)
+    assert sorted(r.value for r in again) == sorted(r.value for r in held)
+    assert all(r.delivery_count == 2 for r in again)
+    successor.begin()
+    for r in again:
+        successor.produce(dst, r.value)
+    successor.flush()
+    other.acknowledge_in_transaction(successor, again)
+    successor.commit()
+    assert other.poll(3.0) == []
+    other.close()
+    successor.close()
+    out = _read_committed(broker.bootstrap, dst, 20)
+    assert sorted(out) == sorted(f"job-{i}".encode() for i in range(20))

@@ -236,3 +236,14 @@ def test_a_recovered_open_transaction_holds_its_records_until_it_ends() -> None:
     assert sp.acquire("a", batches((0, 9)), 100, 0) == [AcquiredRange(5, 9, 2)]
     sp.complete_pending(7, commit=False)
     assert sp.acquire("b", batches((0, 9)), 100, 0) == [AcquiredRange(0, 4, 2)]
+
+
+def test_a_recovered_transaction_past_the_written_end_still_holds_its_records() -> None:
+    # The acquisition of 10..19 was never written; the transactional record names them.
+    sp = SharePartition(0, LIMITS)
+    sp.restore(10, [])
+    sp.mark_pending(10, 19, 7, RecordState.ACKNOWLEDGED, member="recovered")
+    assert sp.end_offset == 20 and sp.acquired_count == 10
+    assert sp.acquire("a", batches((10, 24)), 100, 0) == [AcquiredRange(20, 24, 1)]
+    sp.complete_pending(7, commit=False)
+    assert sp.acquire("a", batches((10, 24)), 100, 0) == [AcquiredRange(10, 19, 2)]

@@ -16,62 +16,35 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 
+from onceflow.coordinator.share.runs import (
+    ACQUIRE_BATCH_OPTIMIZED,
+    ACQUIRE_RECORD_LIMIT,
+    PENDING_TARGETS,
+    TYPES,
+    AcquiredRange,
+    FetchedBatch,
+    Run,
+    ShareLimits,
+    StateBatch,
+    coalesce,
+    type_runs,
+)
 from onceflow.coordinator.share.state import AcknowledgeType, RecordState, check
 from onceflow.errors import ErrorCode
 
-ACQUIRE_BATCH_OPTIMIZED = 0  # ShareFetch v2's share_acquire_mode: whole batches
-ACQUIRE_RECORD_LIMIT = 1  # never more than max_records, splitting a batch if need be
-
-
-@dataclass(slots=True)
-class Run:
-    first: int
-    last: int
-    state: RecordState
-    delivery_count: int = 0
-    member: str | None = None
-    deadline_ms: int = 0
-    #: A transactional acknowledgement waiting for its transaction's outcome (KIP-1289's
-    #: idea): (producer id, the state it takes on commit). The run stays Acquired meanwhile.
-    pending: tuple[int, RecordState] | None = None
-
-    @property
-    def size(self) -> int:
-        return self.last - self.first + 1
-
-
-class FetchedBatch(NamedTuple):
-    """A log batch a share fetch read: its offsets and whether it is never delivered
-    (a control batch, or a batch of an aborted transaction)."""
-
-    first: int
-    last: int
-    skip: bool
-
-
-class AcquiredRange(NamedTuple):
-    first: int
-    last: int
-    delivery_count: int
-
-
-class StateBatch(NamedTuple):
-    """What `__share_group_state` keeps of a run (Kafka's PersisterStateBatch)."""
-
-    first: int
-    last: int
-    state: RecordState
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class ShareLimits:
-    lock_duration_ms: int = 30_000
-    delivery_count_limit: int = 5
-    max_record_locks: int = 2000
+__all__ = [
+    "ACQUIRE_BATCH_OPTIMIZED",
+    "ACQUIRE_RECORD_LIMIT",
+    "PENDING_TARGETS",
+    "AcquiredRange",
+    "FetchedBatch",
+    "Run",
+    "ShareLimits",
+    "SharePartition",
+    "StateBatch",
+    "type_runs",
+]
 
 
 class SharePartition:
@@ -166,7 +139,7 @@ class SharePartition:
             budget -= run.size
             out.append(AcquiredRange(run.first, run.last, 1))
         self._advance_start()
-        return _coalesce(out)
+        return coalesce(out)
 
     def _reacquire(
         self,
@@ -206,7 +179,7 @@ class SharePartition:
         an offset already archived), as Kafka validates a batch before applying it."""
         if last < first or not types or len(types) not in (1, last - first + 1):
             return ErrorCode.invalid_request
-        if any(t not in _TYPES for t in types):
+        if any(t not in TYPES for t in types):
             return ErrorCode.invalid_request
         if first < self.start_offset or last >= self.end_offset:
             return ErrorCode.invalid_record_state
@@ -281,7 +254,14 @@ class SharePartition:
         self, first: int, last: int, producer_id: int, target: RecordState, member: str = ""
     ) -> None:
         """Tie [first, last] to a transaction (recovery gives `member`: the records were
-        held when the broker stopped, and stay held until the transaction ends)."""
+        held when the broker stopped, and stay held until the transaction ends; records
+        past the end, whose acquisition was never written, were delivered once)."""
+        if member and last >= self.end_offset:
+            if first > self.end_offset:
+                self.runs.append(Run(self.end_offset, first - 1, RecordState.AVAILABLE))
+            tail = Run(max(first, self.end_offset), last, RecordState.AVAILABLE, 1)
+            self.runs.append(tail)
+            self.end_offset = last + 1
         self._split_at(first)
         self._split_at(last + 1)
         for run in self._runs_between(first, last):
@@ -411,36 +391,3 @@ class SharePartition:
             del self.runs[:drop]
         if not self.runs:
             self.start_offset = self.end_offset = max(self.start_offset, self.end_offset)
-
-
-_TYPES = frozenset(int(t) for t in AcknowledgeType)
-PENDING_TARGETS = {
-    AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
-    AcknowledgeType.REJECT: RecordState.ARCHIVED,
-    AcknowledgeType.RELEASE: RecordState.AVAILABLE,
-}
-
-
-def type_runs(
-    first: int, last: int, types: Sequence[int]
-) -> list[tuple[int, int, AcknowledgeType]]:
-    """(first, last, type) for each stretch of equal types."""
-    if len(types) == 1:
-        return [(first, last, AcknowledgeType(types[0]))]
-    out: list[tuple[int, int, AcknowledgeType]] = []
-    start = first
-    for i in range(1, len(types) + 1):
-        if i == len(types) or types[i] != types[i - 1]:
-            out.append((start, first + i - 1, AcknowledgeType(types[i - 1])))
-            start = first + i
-    return out
-
-
-def _coalesce(ranges: list[AcquiredRange]) -> list[AcquiredRange]:
-    out: list[AcquiredRange] = []
-    for r in ranges:
-        if out and out[-1].last + 1 == r.first and out[-1].delivery_count == r.delivery_count:
-            out[-1] = AcquiredRange(out[-1].first, r.last, r.delivery_count)
-        else:
-            out.append(r)
-    return out
