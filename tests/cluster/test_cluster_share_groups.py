@@ -17,7 +17,7 @@ from onceflow.client.cluster import Cluster as WireCluster
 from onceflow.coordinator.group.offsets import partition_for
 from onceflow.protocol.api_versions import ApiKey
 from tests.helpers.cluster import Cluster, cluster_fixture
-from tests.helpers.share import SHORT_LOCKS, share_consumer
+from tests.helpers.share import SHORT_LOCKS, set_group_configs, share_consumer
 
 STATE_PARTITIONS = 3
 cluster = cluster_fixture(
@@ -49,16 +49,15 @@ def test_killing_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
     cluster.leader_of(topic, 0)
-    c = share_consumer(
-        cluster.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
-    )
-    deadline = time.monotonic() + 15  # joined and fetching: the start is the end (latest)
-    while time.monotonic() < deadline:
-        c.poll(0.5)
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(n):
         p.produce(topic, str(i).encode(), partition=0)
     assert p.flush(30) == 0
+    # Group configs live with the group's state partition, wherever the admin call lands.
+    set_group_configs(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    c = share_consumer(
+        cluster.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
+    )
     acked_before: set[int] = set()
     while len(acked_before) < n // 2:
         for m in c.poll(0.5):

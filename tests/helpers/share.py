@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -34,6 +34,13 @@ SHORT_LOCKS = {
 }
 
 
+_NOT_READY = (
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
@@ -50,8 +57,16 @@ def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> No
             for k, v in configs.items()
         ],
     )
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
+    deadline = time.monotonic() + 30
+    while True:  # on a cluster, __share_group_state is created by the first use
+        try:
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(30)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_READY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def produce(bootstrap: str, topic: str, values: Iterable[bytes], partition: int = 0) -> None:

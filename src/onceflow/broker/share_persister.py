@@ -27,6 +27,9 @@ from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
 VERSION = 0
+CONFIGS_VERSION = 4  # DescribeConfigs
+GROUP_RESOURCE = 32
+GROUP_CONFIG_SOURCE = 8
 
 
 class SharePersister:
@@ -133,6 +136,62 @@ class SharePersister:
         code = answer.results[0].partitions[0].error_code
         if code != ErrorCode.none:
             raise KafkaError(ErrorCode(code), f"share state of {key} not written on {leader}")
+
+    async def group_configs(self, group_id: str) -> dict[str, str] | None:
+        """The group's overrides from the broker leading its partition (DescribeConfigs of
+        the GROUP resource there); None when this broker leads it."""
+        if not self._ensure_topic():
+            raise KafkaError(
+                ErrorCode.coordinator_not_available, "__share_group_state is not ready"
+            )
+        partition = self.store.group_partition(group_id)
+        leader = self._topology().partition_view(SHARE_STATE_TOPIC, partition).leader
+        if leader == self._node_id:
+            return None
+        if leader == NO_LEADER:
+            raise KafkaError(ErrorCode.coordinator_not_available, "no share coordinator")
+        module = load_payload_module(ApiKey.DESCRIBE_CONFIGS, CONFIGS_VERSION, EntityType.request)
+        request = build(
+            request_type(ApiKey.DESCRIBE_CONFIGS, CONFIGS_VERSION),
+            resources=(
+                build(
+                    module.DescribeConfigsResource,
+                    resource_type=GROUP_RESOURCE,
+                    resource_name=group_id,
+                    configuration_keys=None,
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        answer = await self._topology().peers.share_state(
+            leader, ApiKey.DESCRIBE_CONFIGS, CONFIGS_VERSION, request
+        )
+        result = answer.results[0]
+        if result.error_code != ErrorCode.none:
+            raise KafkaError(ErrorCode(result.error_code), result.error_message or "")
+        return {
+            c.name: c.value
+            for c in result.configs
+            if c.config_source == GROUP_CONFIG_SOURCE and c.value is not None
+        }
+
+    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
+        """Forward an (Incremental)AlterConfigs of one GROUP resource to the broker leading
+        the group's partition; its answer (None: this broker leads it)."""
+        partition = self.store.group_partition(group_id)
+        if not self._ensure_topic():
+            raise KafkaError(
+                ErrorCode.coordinator_not_available, "__share_group_state is not ready"
+            )
+        leader = self._topology().partition_view(SHARE_STATE_TOPIC, partition).leader
+        if leader == self._node_id:
+            return None
+        if leader == NO_LEADER:
+            raise KafkaError(ErrorCode.coordinator_not_available, "no share coordinator")
+        return await self._topology().peers.share_state(
+            leader, ApiKey.INCREMENTAL_ALTER_CONFIGS, version, request
+        )
 
     def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
         """Deletion is served where the state partition is led (DeleteGroups goes to the

@@ -8,15 +8,21 @@ its broker bounds, or an unknown key, is INVALID_CONFIG; the overrides are kept 
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.handlers.share_groups import share_coordinator
 from onceflow.config import AlterConfigOp
 from onceflow.config.describe import ConfigEntry, ConfigSource
 from onceflow.coordinator.share.group_configs import InvalidGroupConfig
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
 from onceflow.security.acl import AclOperation, ResourceType
 
 RESOURCE_GROUP = 32
+FORWARD_VERSION = 1  # IncrementalAlterConfigs, between brokers
 
 
 async def alter_group(
@@ -31,6 +37,8 @@ async def alter_group(
     if not name:
         raise KafkaError(ErrorCode.invalid_request, "Group name must not be empty.")
     coordinator = share_coordinator(ctx)
+    if await _forwarded(ctx, name, ops, incremental, validate_only):
+        return
     configs = coordinator.group_configs.overrides(name) if incremental else {}
     for key, op, value in ops:
         if op is AlterConfigOp.SET:
@@ -47,6 +55,64 @@ async def alter_group(
         raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
     if not validate_only:
         await coordinator.set_group_configs(name, configs)
+
+
+async def _forwarded(
+    ctx: RequestContext,
+    name: str,
+    ops: list[tuple[str, AlterConfigOp, str | None]],
+    incremental: bool,
+    validate_only: bool,
+) -> bool:
+    """On a cluster the group's configs live where its `__share_group_state` partition is
+    led: another broker's change is sent there (as an IncrementalAlterConfigs; a whole
+    AlterConfigs as SETs of its keys and DELETEs of the others). True when it was."""
+    coordinator = share_coordinator(ctx)
+    changes = [(key, op, value) for key, op, value in ops]
+    if not incremental:
+        given = {key for key, _, _ in ops}
+        changes += [
+            (key, AlterConfigOp.DELETE, None)
+            for key in coordinator.group_configs.defaults()
+            if key not in given
+        ]
+    request = build(
+        request_type(ApiKey.INCREMENTAL_ALTER_CONFIGS, FORWARD_VERSION),
+        resources=(
+            build(
+                nested_request(
+                    ApiKey.INCREMENTAL_ALTER_CONFIGS, FORWARD_VERSION, "AlterConfigsResource"
+                ),
+                resource_type=RESOURCE_GROUP,
+                resource_name=name,
+                configs=tuple(
+                    build(
+                        nested_request(
+                            ApiKey.INCREMENTAL_ALTER_CONFIGS, FORWARD_VERSION, "AlterableConfig"
+                        ),
+                        name=key,
+                        config_operation=int(op),
+                        value=value,
+                    )
+                    for key, op, value in changes
+                ),
+            ),
+        ),
+        validate_only=validate_only,
+    )
+    answer = await coordinator.persister.alter_group_configs(name, request, FORWARD_VERSION)
+    if answer is None:
+        return False
+    result = answer.responses[0]
+    if result.error_code != ErrorCode.none:
+        raise KafkaError(ErrorCode(result.error_code), result.error_message or "")
+    coordinator.forget_group_configs(name)
+    return True
+
+
+def nested_request(api_key: int, version: int, name: str) -> Any:
+    module = sys.modules[request_type(api_key, version).__module__]
+    return getattr(module, name)
 
 
 def describe_group(ctx: RequestContext, name: str) -> list[ConfigEntry]:

@@ -91,6 +91,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
             ctx, ErrorCode.invalid_request, "Acknowledge data present on initial fetch request"
         )
     coordinator = share_coordinator(ctx)
+    await coordinator.refresh_group_configs(request.group_id)
     added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     error, session = coordinator.sessions.advance(

@@ -54,6 +54,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any
     if other_group_type(ctx, group_id):
         message = f"Group {group_id} is not a share group."
         return _heartbeat(ctx, ErrorCode.group_id_not_found, message, None, -1, 0)
+    await share_coordinator(ctx).refresh_group_configs(group_id)
     answer, interval = share_coordinator(ctx).heartbeat(
         Heartbeat(
             group_id=group_id,

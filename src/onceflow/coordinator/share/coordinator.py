@@ -87,6 +87,15 @@ class SnapshotPersister(Protocol):
 
     def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
 
+    async def group_configs(self, group_id: str) -> dict[str, str] | None:
+        """A group's config overrides where its partition is led (None: here)."""
+        ...
+
+    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
+        """Forward an IncrementalAlterConfigs of the group to where its partition is led;
+        the answer (None: here)."""
+        ...
+
 
 @dataclass(slots=True)
 class HeldPartition:
@@ -99,6 +108,7 @@ AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
 #: Who holds records tied to an open transaction found at load (their consumer is gone;
 #: the transaction's end decides them).
 RECOVERED_MEMBER = "<recovered transaction>"
+CONFIGS_REFRESH_MS = 5_000  # how long a group's configs read from another broker are used
 
 
 class ShareCoordinator:
@@ -121,6 +131,7 @@ class ShareCoordinator:
         self.held: dict[ShareKey, HeldPartition] = {}
         self.sessions = ShareSessions()
         self.counters = ShareCounters()
+        self._configs_fresh_until: dict[str, int] = {}
         #: Called with (topic, partition) when records there become available again.
         self.on_available: Callable[[str, int], None] = lambda topic, partition: None
 
@@ -173,6 +184,26 @@ class ShareCoordinator:
         if self.group_configs.overrides(group_id):
             await self.set_group_configs(group_id, {})
         return ErrorCode.none
+
+    async def refresh_group_configs(self, group_id: str) -> None:
+        """Read a group's configs where its partition is led, if not here (at most every
+        few seconds: a fetch, a heartbeat and a describe of the group all ask)."""
+        now = self._clock.monotonic_ms()
+        if now < self._configs_fresh_until.get(group_id, 0):
+            return
+        try:
+            remote = await self.persister.group_configs(group_id)
+        except KafkaError:
+            return  # the last known ones (or the defaults) until it answers
+        self._configs_fresh_until[group_id] = now + CONFIGS_REFRESH_MS
+        if remote is None:
+            self.group_configs.remote.pop(group_id, None)
+        else:
+            self.group_configs.remote[group_id] = remote
+
+    def forget_group_configs(self, group_id: str) -> None:
+        """The group's configs changed elsewhere: read them again at the next use."""
+        self._configs_fresh_until.pop(group_id, None)
 
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         """Replace a group's config overrides (validated by the caller), durably."""
@@ -368,6 +399,12 @@ class _LocalPersister:
 
     def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
         return self._store.delete(key, now_ms)
+
+    async def group_configs(self, group_id: str) -> dict[str, str] | None:
+        return None
+
+    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
+        return None
 
 
 def _background(written: Awaitable[Any]) -> None:

@@ -36,9 +36,15 @@ class InvalidGroupConfig(ValueError):
 
 class GroupConfigs:
     def __init__(self, broker: BrokerConfig, stored: Callable[[str], dict[str, str]]) -> None:
-        """`stored`: a group's overrides as `__share_group_state` holds them."""
+        """`stored`: a group's overrides as `__share_group_state` holds them here."""
         self._broker = broker
-        self._stored = stored
+        self._local = stored
+        #: Overrides of groups whose partition another broker leads, as last read there.
+        self.remote: dict[str, dict[str, str]] = {}
+
+    def _stored(self, group_id: str) -> dict[str, str]:
+        remote = self.remote.get(group_id)
+        return dict(remote) if remote is not None else self._local(group_id)
 
     def set_broker_config(self, broker: BrokerConfig) -> None:
         self._broker = broker
