@@ -39,6 +39,7 @@ def _fetch(
     topic_id: Any,
     acks: tuple[Any, ...] = (),
     wait_ms: int = 0,
+    renew: bool = False,
 ) -> Any:
     partition = entity(FETCH, 2, "FetchPartition", partition_index=0, acknowledgement_batches=acks)
     return conn.call(
@@ -55,6 +56,7 @@ def _fetch(
             batch_size=100,
             topics=(entity(FETCH, 2, "FetchTopic", topic_id=topic_id, partitions=(partition,)),),
             forgotten_topics_data=(),
+            is_renew_ack=renew,
         )
     )
 
@@ -171,6 +173,10 @@ def test_bad_share_requests_get_kafka_s_codes(broker: BrokerProcess) -> None:
             )
         )
         assert ack.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
-        # The holder can; the broker served all of the above on one connection.
-        done = _fetch(conn, group, "m", 1, tid, acks=(_batch(0, 2, 1),))
+        # KIP-1222: the holder renews its lock; a renewal fetches nothing.
+        renewed = _fetch(conn, group, "m", 1, tid, acks=(_batch(0, 2, 4),), renew=True)
+        part = renewed.responses[0].partitions[0]
+        assert part.acknowledge_error_code == 0 and not part.acquired_records
+        # The holder accepts; the broker served all of the above on one connection.
+        done = _fetch(conn, group, "m", 2, tid, acks=(_batch(0, 2, 1),))
         assert done.responses[0].partitions[0].acknowledge_error_code == 0

@@ -103,7 +103,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     await _acknowledge(ctx, coordinator, request, results)
     if epoch == FINAL_EPOCH:
         coordinator.sessions.close(request.group_id, request.member_id)
-    else:
+    elif not getattr(request, "is_renew_ack", False):  # KIP-1222: a renewal fetches nothing
         await _fetch(ctx, coordinator, request, session, results)
     return _response(ctx, coordinator, request.group_id, results, fetch=True)
 
