@@ -49,6 +49,8 @@ class ApiKey(IntEnum):
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -67,8 +69,10 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
-    # Onceflow's own: acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
-    TXN_SHARE_ACKNOWLEDGE = 32000
+    # Onceflow's own (protocol/onceflow_apis.py): far above Kafka's keys.
+    COMPLETE_TRANSACTIONS = 32000
+    # Acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
+    TXN_SHARE_ACKNOWLEDGE = 32001
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -130,8 +134,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.COMPLETE_TRANSACTIONS: (0, 0),
 }
 
 

@@ -135,8 +135,6 @@ GAPS: dict[int, str] = {
     41: _DELEGATION_TOKENS,
     45: "not implemented: partition reassignment",
     46: "not implemented: partition reassignment",
-    48: "not implemented: client quotas",
-    49: "not implemented: client quotas",
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
@@ -149,5 +147,12 @@ GAPS: dict[int, str] = {
     86: _SHARE_PERSISTER,
     87: _SHARE_PERSISTER,
     90: "v1 (Kafka 4.2: the lag) is served too",
-    32000: "Onceflow's own TxnShareAcknowledge: acknowledgements inside a transaction",
+    32000: (
+        "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
+        "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API"
+    ),
+    32001: (
+        "Onceflow's own TxnShareAcknowledge: share acknowledgements inside a transaction "
+        "(protocol/txn_share_acknowledge.py); no Kafka API"
+    ),
 }

@@ -1,12 +1,13 @@
-"""TxnShareAcknowledge: Onceflow's own API (key 32000, v0, flexible), the wire form of
+"""TxnShareAcknowledge: Onceflow's own API (key 32001, v0, flexible), the wire form of
 acknowledgements inside a transaction (the idea of KIP-1289, which has no settled schema).
 
 A share consumer's acknowledgements, sent with a transactional producer's id and epoch, to
 the leader of the share-partitions: the broker adds their `__share_group_state` partitions
 to the transaction and writes the acknowledgements there as transactional records, so they
 take effect when the transaction commits and are undone when it aborts. The entities are
-declared as kio declares its generated ones, so kio's readers and writers serve them; API
-key 32000 is far above Kafka's, and clients that do not know it ignore it in ApiVersions.
+declared as kio declares its generated ones, so kio's readers and writers serve them
+(`onceflow_apis` registers them for the codec). API key 32001 is far above Kafka's (32000
+is CompleteTransactions); clients that do not know it ignore it in ApiVersions.
 
     TxnShareAcknowledgeRequest => transactional_id producer_id producer_epoch group_id
         member_id [topics]
@@ -30,7 +31,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-API_KEY = 32000
+API_KEY = 32001
 VERSION = 0
 _KEY = i16(API_KEY)
 _V = i16(VERSION)

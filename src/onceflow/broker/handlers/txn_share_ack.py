@@ -1,4 +1,4 @@
-"""TxnShareAcknowledge (Onceflow's own API 32000): a share consumer's acknowledgements made
+"""TxnShareAcknowledge (Onceflow's own API 32001): a share consumer's acknowledgements made
 part of a producer's transaction (protocol/txn_share_acknowledge.py has the wire form).
 
 Sent to the leader of the share-partitions. The broker adds the share-partitions'
