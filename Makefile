@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-node kafkajs venv
+.PHONY: run run-orders test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -65,6 +65,19 @@ check-kcat:
 	@test -x $(KCAT) || { \
 	  echo "error: the kcat tests need kcat ($(KCAT)): install Debian's 'kcat' package (sudo apt-get install kcat) or set KCAT." >&2; exit 1; }
 
+# The dual-write tests start throwaway PostgreSQL servers (Debian's package, any version
+# under /usr/lib/postgresql): installed where we may (as root, with apt-get), otherwise a
+# clear message says what to install.
+check-postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing PostgreSQL (Debian package postgresql)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; \
+	  fi; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  echo "error: the dual-write tests need PostgreSQL (initdb, pg_ctl): install Debian's 'postgresql' package (sudo apt-get install postgresql)." >&2; exit 1; }
+
 # KafkaJS (from npm, pinned in tests/node/package-lock.json) drives tests/integration/test_kafkajs*.py
 # through Node.js scripts; `npm ci` runs only when the lock file is newer than the install.
 NODE_DIR := tests/node
@@ -93,6 +106,12 @@ run: ZOOKEEPER_USER = the demo on a cluster (--brokers $(DEMO_BROKERS)) needs
 run: $(STAMP) check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
 	$(BIN)/python -m onceflow.demo $(ARGS)
 
+# The dual-write demo: an order service killed at random points, the broker and PostgreSQL
+# crashed and restarted, and the table that shows every committed order has exactly one
+# event. PostgreSQL if installed (ARGS="--database sqlite" without it), "--rounds N".
+run-orders: $(STAMP)
+	$(BIN)/python -m onceflow.demo.orders $(ARGS)
+
 serve: $(STAMP)
 	$(BIN)/python -m onceflow serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
 
@@ -105,7 +124,7 @@ lint: $(STAMP)
 # The suite mostly waits (timeouts, restarts, ZooKeeper sessions, Spark batches), so it runs
 # on TEST_WORKERS workers, each test file on one of them (its module fixtures shared).
 TEST_WORKERS ?= 2
-test: lint check-java check-zookeeper check-chromium check-kcat kafkajs
+test: lint check-java check-zookeeper check-chromium check-kcat check-postgresql kafkajs
 	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) ONCEFLOW_KCAT=$(KCAT) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 

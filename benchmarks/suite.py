@@ -21,7 +21,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks import cluster, disk, participant, recovery, scaling, security, share, tls_records
+from benchmarks import (
+    cluster,
+    disk,
+    dualwrite,
+    participant,
+    recovery,
+    scaling,
+    security,
+    share,
+    tls_records,
+)
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
@@ -41,6 +51,7 @@ RESULTS = Path(__file__).parent / "results"
 SECTIONS = (
     "throughput",
     "participant",
+    "dualwrite",
     "security",
     "latency",
     "scaling",
@@ -50,7 +61,15 @@ SECTIONS = (
     "spark",
     "disk",
 )
-WRITE_HEAVY = {"throughput", "participant", "security", "scaling", "recovery", "cluster"}
+WRITE_HEAVY = {
+    "throughput",
+    "participant",
+    "dualwrite",
+    "security",
+    "scaling",
+    "recovery",
+    "cluster",
+}
 
 
 @dataclass
@@ -81,6 +100,7 @@ class Plan:
     recovery_segment_mb: int = 64
     spark_records: int = 200_000
     spark: bool = True
+    dualwrite_units: int = 2_000  # units of work (one row, one record) per run
     # The cluster (3 brokers of `onceflow cluster` sharing this machine's cores).
     cluster_messages: int = 100_000  # per produce run: RF=3 idempotent, transactional; RF=1
     cluster_produce_repeat: int = 5  # its ratios are targets, and noisy like the ones above
@@ -115,6 +135,7 @@ class Plan:
             recovery_segment_mb=1,
             spark_records=10_000,
             spark=False,
+            dualwrite_units=50,
             cluster_messages=2_000,
             cluster_produce_repeat=1,
             cluster_ctp_rate=200,
@@ -190,6 +211,12 @@ def participant_section(plan: Plan, out: dict[str, float]) -> None:
     """Figure 10: the participant client's two-phase produce against confluent-kafka's
     transactional producer, 1 KiB and 100 B values, in turn on one broker."""
     out.update(participant.participant_figures(plan.messages, plan.repeat))
+
+
+def dualwrite_section(plan: Plan, out: dict[str, float]) -> None:
+    """Figure 11: units of work per second of the dual write, the database alone and the
+    classic outbox with its relay, in turn on one broker and SQLite."""
+    out.update(dualwrite.dualwrite_figures(plan.dualwrite_units, plan.repeat))
 
 
 def security_section(plan: Plan, out: dict[str, float]) -> None:
@@ -392,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], None]] = {
         "throughput": lambda: throughput(plan, broker, mock, figures),
         "participant": lambda: participant_section(plan, figures),
+        "dualwrite": lambda: dualwrite_section(plan, figures),
         "security": lambda: security_section(plan, figures),
         "latency": lambda: latencies(plan, broker, figures),
         "scaling": lambda: scale(plan, broker, figures),

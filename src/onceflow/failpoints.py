@@ -13,6 +13,13 @@ The points (named by what is durable when they fire):
 - txn.between_markers: the markers of the partitions led by this broker are appended;
   those of partitions led by other brokers are not sent yet.
 - txn.before_complete: every marker is written; CompleteCommit or CompleteAbort is not.
+
+And of an application's dual write (onceflow.dualwrite, armed from the environment of the
+application's process when its first DualWriter starts):
+- dualwrite.after_prepare: the Kafka transaction is prepared; the database has nothing.
+- dualwrite.after_db_commit: the database committed the unit; Kafka's commit is not sent.
+- dualwrite.after_kafka_commit: Kafka committed; the unit is not marked completed.
+- dualwrite.after_complete: the unit is marked completed.
 """
 
 from __future__ import annotations
@@ -26,7 +33,17 @@ __all__ = ["FAILPOINTS_ENV", "POINTS", "arm_from_environment", "failpoint", "par
 log = logging.getLogger(__name__)
 
 FAILPOINTS_ENV = "ONCEFLOW_FAILPOINTS"
-POINTS = frozenset({"txn.after_prepare", "txn.between_markers", "txn.before_complete"})
+POINTS = frozenset(
+    {
+        "txn.after_prepare",
+        "txn.between_markers",
+        "txn.before_complete",
+        "dualwrite.after_prepare",
+        "dualwrite.after_db_commit",
+        "dualwrite.after_kafka_commit",
+        "dualwrite.after_complete",
+    }
+)
 ACTIONS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP}
 
 _armed: dict[str, signal.Signals] = {}

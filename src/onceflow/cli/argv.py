@@ -228,6 +228,8 @@ _REWRITES: dict[str, Callable[[list[str], argparse.ArgumentParser], list[str]]] 
     "produce": _one_topic("produce"),
     "consume": _one_topic("consume"),
     "transactions": _subcommand("transactions"),
+    "outbox": _subcommand("outbox"),
+    "dualwrite": _subcommand("dualwrite"),
 }
 
 

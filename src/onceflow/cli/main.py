@@ -28,9 +28,11 @@ from onceflow.cli import (
     console,
     consume,
     delete_records,
+    dualwrite,
     dump_log,
     groups,
     leader_election,
+    outbox,
     produce,
     serve,
     share_groups,
@@ -86,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         leader_election,
         bench,
         console,
+        outbox,
+        dualwrite,
     ):
         module.register(commands)
     for command in commands.choices.values():  # as every Kafka tool takes --version

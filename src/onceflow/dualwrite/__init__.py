@@ -1,0 +1,24 @@
+"""One transaction across a database and the log (KIP-939's dual write): see writer.py."""
+
+from onceflow.dualwrite.errors import (
+    DatabaseUnavailable,
+    DualWriteError,
+    Fenced,
+    InDoubt,
+    StateMismatch,
+    TwoPhaseCommitUnavailable,
+)
+from onceflow.dualwrite.transaction import Transaction
+from onceflow.dualwrite.writer import DualWriter, Outcome
+
+__all__ = [
+    "DatabaseUnavailable",
+    "DualWriteError",
+    "DualWriter",
+    "Fenced",
+    "InDoubt",
+    "Outcome",
+    "StateMismatch",
+    "Transaction",
+    "TwoPhaseCommitUnavailable",
+]
