@@ -528,13 +528,15 @@ def _run(cluster: Cluster, tmp: Path) -> tuple[str, str, str, Nemesis]:
 # ---- the checks --------------------------------------------------------------------------
 
 
-def _decided_offsets(cluster: Cluster, topic: str, partition: int) -> tuple[set[int], set[int]]:
+def _decided_offsets(
+    cluster: Cluster, topic: str, partition: int, broker: int = 1
+) -> tuple[set[int], set[int]]:
     """(committed, aborted) offsets of the transactional records of a partition, from the
-    segment files of broker 1 (every replica holds the same bytes by now)."""
+    segment files of `broker` (every replica holds the same bytes by now)."""
     open_txns: dict[int, list[int]] = {}
     committed: set[int] = set()
     aborted: set[int] = set()
-    for batch in partition_batches(cluster.broker(1).data_dir, topic, partition):
+    for batch in partition_batches(cluster.broker(broker).data_dir, topic, partition):
         h = batch.header
         if batch.marker is not None:
             offsets = open_txns.pop(h.producer_id, [])

@@ -265,3 +265,32 @@ def test_with_one_replica_no_election_is_needed(make_broker: Callable[[], Broker
             assert {code for code, _ in every.values()} == {ErrorCode.election_not_needed}
 
     run(make_broker, body)
+
+
+def test_with_one_broker_its_own_replica_is_the_only_target(
+    make_broker: Callable[[], Broker],
+) -> None:
+    async def body(broker: Broker) -> None:
+        topology = broker.topology
+        me = broker.config.node_id
+        await broker.create_topic("moves", 1, {})
+        await eventually(lambda: topology.partition_view("moves", 0).leader >= 0, "a leader")
+        asked: dict[tuple[str, int], tuple[int, ...] | None] = {
+            ("moves", 0): (me,),
+            ("moves", 1): (me,),
+            ("nothing", 0): (me,),
+        }
+        results = await topology.alter_partition_reassignments(asked, True)
+        assert {tp: code for tp, (code, _) in results.items()} == {
+            ("moves", 0): ErrorCode.none,
+            ("moves", 1): ErrorCode.unknown_topic_or_partition,
+            ("nothing", 0): ErrorCode.unknown_topic_or_partition,
+        }
+        refused = await topology.alter_partition_reassignments({("moves", 0): None}, True)
+        assert refused[("moves", 0)][0] == ErrorCode.no_reassignment_in_progress
+        dead = await topology.alter_partition_reassignments({("moves", 0): (me, me + 1)}, True)
+        assert dead[("moves", 0)][0] == ErrorCode.invalid_replica_assignment
+        assert topology.list_partition_reassignments(None) == {}
+        assert topology.partition_view("moves", 0).replicas == (me,)
+
+    run(make_broker, body)

@@ -208,6 +208,21 @@ class Cluster:
                 )
             time.sleep(0.2)
 
+    def add_broker(self, overrides: Mapping[str, str] | None = None) -> ClusterBroker:
+        """Start one more broker (the next id) on the same ZooKeeper: growing the cluster.
+        The internal topics' factors stay those the cluster was made with."""
+        broker_id = max(self._brokers) + 1
+        if overrides:
+            self.broker_overrides[broker_id] = dict(overrides)
+        taken = {b.port for b in self.brokers} | {s.client_port for s in self.zookeeper.servers}
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        broker = ClusterBroker(self, broker_id, port)
+        self._brokers[broker_id] = broker
+        broker.start()
+        return broker
+
     def start_all(self) -> None:
         """Start every broker that is not running (after kill_all, say)."""
         stopped = [b for b in self.brokers if not b.running]

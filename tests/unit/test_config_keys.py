@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-from onceflow.config import AUTHORIZER_CLASS_NAMES, BrokerConfig, TopicConfig
+import pytest
+
+from onceflow.config import AUTHORIZER_CLASS_NAMES, BrokerConfig, ConfigError, TopicConfig
 from onceflow.config.broker import BROKER_KEY_GROUPS, BROKER_KEYS_BY_NAME
 from onceflow.config.security import SASL_MECHANISMS
 from onceflow.config.topic import TOPIC_KEYS_BY_NAME
@@ -40,6 +42,9 @@ def test_topic_keys_default_to_their_broker_keys() -> None:
     topic_types = {f.name: f.type for f in dataclasses.fields(TopicConfig)}
     broker_types = {f.name: f.type for f in dataclasses.fields(BrokerConfig)}
     for key in TOPIC_KEYS_BY_NAME.values():
+        if not key.broker_keys:  # a topic-only key (a throttled replica list)
+            assert getattr(TopicConfig(), key.attr) == key.primary.default
+            continue
         primary = key.broker_keys[0]
         assert getattr(TopicConfig(), key.attr) == getattr(defaults, primary.attr)
         assert topic_types[key.attr] == broker_types[primary.attr]
@@ -55,3 +60,19 @@ def test_storage_defaults_are_a_default_topics() -> None:
         5,
         False,
     )
+
+
+def test_throttled_replica_lists_are_topic_only_keys_checked_as_kafka() -> None:
+    config = BrokerConfig().topic_config(
+        {
+            "leader.replication.throttled.replicas": "0:1,1:2",
+            "follower.replication.throttled.replicas": "*",
+        }
+    )
+    assert config.leader_replication_throttled_replicas == ("0:1", "1:2")
+    assert config.follower_replication_throttled_replicas == ("*",)
+    for bad in ("0-1", "*,0:1", "a:1"):
+        with pytest.raises(ConfigError, match=r"the literal '\*' or a list of replicas"):
+            BrokerConfig().topic_config({"leader.replication.throttled.replicas": bad})
+    rates = BrokerConfig().with_dynamic({"leader.replication.throttled.rate": "1000"}, {})
+    assert rates.leader_replication_throttled_rate == 1000

@@ -180,6 +180,20 @@ class BrokerStateCollector(Collector):
             "1 if this broker is the controller (always, on a single broker).",
             controller,
         )
+        yield GaugeMetricFamily(
+            "onceflow_reassigning_partitions",
+            "Partitions led here that are being reassigned.",
+            summary.reassigning,
+        )
+        throttled = CounterMetricFamily(
+            "onceflow_replication_throttled_bytes",
+            "Bytes this broker sent as leader (throttle=leader) or copied as follower "
+            "(throttle=follower) for replicas under a replication throttle.",
+            labels=["throttle"],
+        )
+        throttled.add_metric(["leader"], summary.throttled_leader_bytes)
+        throttled.add_metric(["follower"], summary.throttled_follower_bytes)
+        yield throttled
 
     def _transactions(self, now_ms: int) -> Iterator[Metric]:
         coordinator = self._broker.txn_coordinator

@@ -22,6 +22,7 @@ KAFKA_TOOLS = {
     "users": "kafka-configs.sh",
     "configs": "kafka-configs.sh",
     "serve": "kafka-server-start.sh",
+    "reassign-partitions": "kafka-reassign-partitions.sh",
 }
 
 # `onceflow kafka-topics.sh ...`: the script's name, with or without .sh, for the command
@@ -109,5 +110,11 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "transactions": {
         "force-terminate": "give abort",
+    },
+    "reassign-partitions": {
+        "--zookeeper": _ZOOKEEPER,
+        "--bootstrap-controller": "give --bootstrap-server",
+        "--replica-alter-log-dirs-throttle": "replicas do not move between a broker's log dirs",
+        "--timeout": "--execute does not wait for log dir moves: there are none",
     },
 }

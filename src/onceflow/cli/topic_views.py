@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection
@@ -21,6 +21,7 @@ from onceflow.cli.common import CliError, describe_kafka_error
 
 __all__ = [
     "ZERO_TOPIC_ID",
+    "Moving",
     "describe_configs",
     "describe_one",
     "kafka_uuid",
@@ -111,11 +112,24 @@ def _min_isr(name: str, configs: list[Any] | str) -> int:
     raise CliError(f"cannot report on topic {name}: its min.insync.replicas is unknown")
 
 
-def _reported(partition: Any, args: argparse.Namespace, min_isr: int | None) -> bool:
+#: Partitions being reassigned: partition -> (adding, removing) replicas.
+Moving = Mapping[int, tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def _factor(partition: Any, moving: Moving) -> int:
+    """The replication factor: a partition being reassigned counts its replicas without
+    those being added, as Kafka's tool counts them."""
+    adding = moving.get(partition.id, ((), ()))[0]
+    return len(partition.replicas) - len(adding)
+
+
+def _reported(
+    partition: Any, args: argparse.Namespace, min_isr: int | None, moving: Moving
+) -> bool:
     """Whether the partition meets every report asked for (all of them when none is)."""
     isr, leaderless = len(partition.isrs), partition.leader < 0
     checks = (
-        (args.under_replicated_partitions, isr < len(partition.replicas)),
+        (args.under_replicated_partitions, isr < _factor(partition, moving)),
         (args.unavailable_partitions, leaderless),
         (args.under_min_isr_partitions, leaderless or (min_isr is not None and isr < min_isr)),
         (args.at_min_isr_partitions, isr == min_isr),
@@ -124,21 +138,26 @@ def _reported(partition: Any, args: argparse.Namespace, min_isr: int | None) -> 
 
 
 def _partition_lines(
-    name: str, topic: Any, args: argparse.Namespace, configs: list[Any] | str
+    name: str, topic: Any, args: argparse.Namespace, configs: list[Any] | str, moving: Moving
 ) -> list[str]:
-    """kafka-topics.sh's partition lines, only the reported ones when a report is asked."""
+    """kafka-topics.sh's partition lines, only the reported ones when a report is asked;
+    a partition being reassigned also shows its adding and removing replicas."""
     needs_min_isr = args.under_min_isr_partitions or args.at_min_isr_partitions
     min_isr = _min_isr(name, configs) if needs_min_isr else None
     lines = []
     for pid in sorted(topic.partitions):
         partition = topic.partitions[pid]
-        if not _reported(partition, args, min_isr):
+        if not _reported(partition, args, min_isr, moving):
             continue
         line = (
             f"\tTopic: {name}\tPartition: {partition.id}\tLeader: {_node(partition.leader)}"
             f"\tReplicas: {','.join(map(str, partition.replicas))}"
             f"\tIsr: {','.join(map(str, partition.isrs))}"
         )
+        if partition.id in moving:
+            adding, removing = moving[partition.id]
+            line += f"\tAdding Replicas: {','.join(map(str, adding))}"
+            line += f"\tRemoving Replicas: {','.join(map(str, removing))}"
         if partition.error is not None:
             line += f"\tError: {partition.error.str()}"
         lines.append(line)
@@ -146,27 +165,33 @@ def _partition_lines(
 
 
 def describe_one(
-    name: str, topic: Any, configs: list[Any] | str, topic_id: str | None, args: argparse.Namespace
+    name: str,
+    topic: Any,
+    configs: list[Any] | str,
+    topic_id: str | None,
+    args: argparse.Namespace,
+    moving: Moving | None = None,
 ) -> None:
     """kafka-topics.sh --describe's lines: the topic's, then one per partition. A report
     (--under-replicated-partitions, --unavailable-partitions, --under-min-isr-partitions,
     --at-min-isr-partitions) prints only partition lines,
     --topics-with-overrides only the lines of topics with overrides, as Kafka's tool does."""
     reports = reporting(args)
+    moving = moving or {}
     if isinstance(configs, str):
         rendered = f"(unavailable: {configs})"
     else:
         rendered = _render_configs(configs, args.all_configs)
     if not reports and not (args.topics_with_overrides and not rendered):
         partitions = list(topic.partitions.values())
-        replication = len(partitions[0].replicas) if partitions else 0
+        replication = _factor(partitions[0], moving) if partitions else 0
         labelled = "" if topic_id is None else f"\tTopicId: {topic_id}"
         print(
             f"Topic: {name}{labelled}\tPartitionCount: {len(partitions)}\t"
             f"ReplicationFactor: {replication}\tConfigs: {rendered}"
         )
     if not args.topics_with_overrides:
-        for line in _partition_lines(name, topic, args, configs):
+        for line in _partition_lines(name, topic, args, configs, moving):
             print(line)
 
 

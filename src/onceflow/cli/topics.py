@@ -38,13 +38,16 @@ from onceflow.cli.common import (
     positive_int,
 )
 from onceflow.cli.log_dirs import log_dir_lines
+from onceflow.cli.reassign_wire import list_reassignments
 from onceflow.cli.topic_views import (
+    Moving,
     describe_configs,
     describe_one,
     reporting,
     select_topics,
     topic_ids,
 )
+from onceflow.client.cluster import Cluster
 from onceflow.client.errors import ClientError
 
 __all__ = ["connect_admin", "register"]
@@ -314,6 +317,7 @@ def run_describe(args: argparse.Namespace) -> int:
     found, missing = select_topics(metadata.topics, args.topics, args.exclude_internal)
     configs = describe_configs(admin, found, args)
     ids = topic_ids(admin, found, args)
+    moving = _reassigning(args)
     status = 0
     for name in found:
         topic = metadata.topics[name]
@@ -322,7 +326,7 @@ def run_describe(args: argparse.Namespace) -> int:
             status = 1
             continue
         topic_configs = configs.get(name, "no answer from the broker")
-        describe_one(name, topic, topic_configs, ids.get(name), args)
+        describe_one(name, topic, topic_configs, ids.get(name), args, moving.get(name))
         if isinstance(topic_configs, str):
             print(
                 f"onceflow: error: cannot describe configs of {name}: {topic_configs}",
@@ -342,6 +346,21 @@ def run_describe(args: argparse.Namespace) -> int:
     for line in log_dir_lines(admin, args.bootstrap_server, _timeout_s(args), security):
         print(line)
     return status
+
+
+def _reassigning(args: argparse.Namespace) -> dict[str, Moving]:
+    """The partitions being reassigned, by topic (ListPartitionReassignments, as Kafka's
+    tool asks it); none when the cluster cannot or will not say."""
+    try:
+        security = wire_security(args)
+        with Cluster(args.bootstrap_server, _timeout_s(args), security) as cluster:
+            found = list_reassignments(cluster)
+    except (ClientError, CliError):
+        return {}
+    moving: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+    for (topic, partition), (_, adding, removing) in found.items():
+        moving.setdefault(topic, {})[partition] = (adding, removing)
+    return dict(moving)
 
 
 _RUNNERS = {

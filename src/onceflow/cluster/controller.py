@@ -12,6 +12,11 @@ ElectLeaders requests reach it as znodes under /onceflow/elect_leaders (any brok
 one; see ZkTopology.elect_leaders): in a pass with nothing else to change, it decides each
 partition again on its own cache (`plan_requested_election`), writes the new leaders and
 deletes the request. The requesting broker waits for the new leaders in its cache.
+
+Partition reassignments are in the topics' assignment znodes (any broker starts one, see
+`reassignment.py`); in a pass with nothing else to change, it writes their next step: the
+leader epoch bumped when it first sees one, then, once every target replica is in the ISR,
+the new leader, ISR and replica set in one transaction.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from onceflow.cluster.elections import (
     plan_requested_election,
 )
 from onceflow.cluster.link import ClusterLink, MetadataChange
+from onceflow.cluster.reassignment import ongoing, plan_reassignments
 from onceflow.cluster.zk_store import ControllerFenced, Election, MetadataStoreError, StaleVersion
 
 log = logging.getLogger(__name__)
@@ -57,6 +63,8 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._rebalance: asyncio.Task[None] | None = None
         self._requests_done: set[str] = set()  # election requests acted on, until deleted
+        #: Reassignments (topic, partition, replicas) whose leader epoch this controller bumped.
+        self._reassign_started: set[tuple[str, int, tuple[int, ...]]] = set()
         link.listeners.append(self._changed)
 
     @property
@@ -85,6 +93,7 @@ class Controller:
     def _resign(self, why: str) -> None:
         log.warning("broker %d resigns as controller: %s", self.broker_id, why)
         self.election = None
+        self._reassign_started.clear()
 
     async def _run(self) -> None:
         while True:
@@ -122,6 +131,7 @@ class Controller:
         await self._write(changes)
         if not changes:  # requests see the states this pass would have written
             await self._requested_elections()
+            await self._reassignments()
 
     async def _requested_elections(self) -> None:
         """Act on the pending ElectLeaders requests, then delete them."""
@@ -152,6 +162,45 @@ class Controller:
         for name in pending:
             self._requests_done.add(name)
             await asyncio.to_thread(self.link.store.finish_election, name)
+
+    async def _reassignments(self) -> None:
+        """Write the next step of every partition reassignment (see reassignment.py)."""
+        election = self.election
+        if election is None:
+            return
+        cache = self.link.cache
+        current = {(t, p, r[0]) for (t, p), r in ongoing(cache).items()}
+        self._reassign_started &= current
+        plan = plan_reassignments(cache, election.epoch, self._reassign_started)
+        if plan.bumps:
+            await self._write(plan.bumps)
+            self._reassign_started.update(plan.started)
+        for done in plan.completions:
+            try:
+                await asyncio.to_thread(
+                    self.link.store.finish_reassignment,
+                    done.topic,
+                    done.assignment,
+                    done.assignment_version,
+                    list(done.states),
+                    election,
+                )
+            except ControllerFenced as exc:
+                self._resign(str(exc))
+                return
+            except StaleVersion as exc:
+                log.info("controller: %s; the next pass sees the newer state", exc)
+                continue
+            for partition, state, _ in done.states:
+                log.info(
+                    "controller: %s-%d reassigned to %s: leader %d, epoch %d, ISR %s",
+                    done.topic,
+                    partition,
+                    list(done.assignment.partitions[partition]),
+                    state.leader,
+                    state.leader_epoch,
+                    list(state.isr),
+                )
 
     async def _write(self, changes: list[StateChange]) -> None:
         election = self.election

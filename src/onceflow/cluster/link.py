@@ -31,7 +31,7 @@ from onceflow.cluster.znodes import (
     CorruptZnode,
     ElectionRequest,
     PartitionState,
-    decode_assignment,
+    TopicAssignment,
     decode_controller,
     decode_topic_config,
     partition_state_path,
@@ -182,20 +182,23 @@ class ClusterLink:
                 self._post(lambda: self._drop_topic(topic))
                 return False
             try:
-                topic_id, assignment = decode_assignment(topic, raw)
+                decoded = TopicAssignment.decode(topic, raw)
                 configs, config_version = self.store.topic_configs(topic)
             except CorruptZnode as exc:
                 log.warning("%s", exc)
                 return True
             meta = TopicMetadata(
                 topic,
-                topic_id,
-                {p: tuple(r) for p, r in assignment.items()},
+                decoded.topic_id,
+                decoded.partitions,
                 configs,
                 config_version,
+                decoded.adding,
+                decoded.removing,
+                version,
             )
             self._post(lambda: self._set_topic(meta))
-            for partition in assignment:
+            for partition in decoded.partitions:
                 self._watch_partition(topic, partition, generation)
             self._watch_configs(topic, generation)
             return True

@@ -16,6 +16,11 @@ class TopicMetadata:
     assignment: dict[int, tuple[int, ...]]  # partition -> replicas, preferred leader first
     configs: dict[str, str]
     config_version: int = -1  # the config znode's version the configs were read at
+    #: Partitions being reassigned: the replicas being added and removed (see
+    #: znodes.TopicAssignment); `assignment` then holds the full replica set.
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    assignment_version: int = -1  # the assignment znode's version (for compare-and-set)
 
     @property
     def partitions(self) -> int:

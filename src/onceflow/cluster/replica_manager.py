@@ -3,7 +3,11 @@
 At every metadata change it walks the partitions assigned to this broker: it makes sure a
 local log exists, and makes each replica leader, follower (handing it to the fetcher of its
 leader's broker) or offline, as the partition's state in ZooKeeper says. Replicas no longer
-assigned here (a deleted topic) are stopped and their files deleted.
+assigned here (a deleted topic, a partition reassigned away, even while this broker was
+down) are stopped and their files deleted.
+
+Throttled replicas (KIP-73) carry this broker's leader or follower `ReplicationQuota`, as
+their topic's `*.replication.throttled.replicas` name them; the rates are dynamic configs.
 
 As leader of a partition it proposes ISR changes itself, by compare-and-set on the state's
 znode version (Kafka's ZooKeeper-era leaders did): a follower that has not caught up for
@@ -25,6 +29,7 @@ from onceflow.cluster.znodes import NO_LEADER, PartitionState
 from onceflow.protocol.topic_ids import parse_topic_id
 from onceflow.replication.fetcher import FetcherSettings, FollowerHost, ReplicaFetcher
 from onceflow.replication.partition import LeaderAndIsr, Partition, Role
+from onceflow.replication.throttle import UNLIMITED, ReplicationQuota, lists_replica
 from onceflow.storage.log_manager import LogManager
 from onceflow.storage.partition_log import PartitionLog
 
@@ -39,6 +44,13 @@ RoleListener = Callable[[str, int, Role, int], None]
 class ReplicationSettings:
     lag_time_max_ms: int = 30_000
     fetcher: FetcherSettings = field(default_factory=FetcherSettings)
+    quota_window_num: int = 11  # replication.quota.window.num
+    quota_window_s: float = 1.0  # replication.quota.window.size.seconds
+
+
+#: The topic keys listing the replicas each throttle applies to.
+LEADER_THROTTLED = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED = "follower.replication.throttled.replicas"
 
 
 class ReplicaManager:
@@ -67,6 +79,9 @@ class ReplicaManager:
         self._started = False
         self._isr_writes: set[asyncio.Task[None]] = set()
         self.isr_shrinks = 0  # ISR changes written by this broker as leader (metrics)
+        window = (settings.quota_window_num, settings.quota_window_s)
+        self.leader_quota = ReplicationQuota(UNLIMITED, *window)
+        self.follower_quota = ReplicationQuota(UNLIMITED, *window)
         self.isr_expands = 0
         link.listeners.append(self._changed)
 
@@ -103,6 +118,11 @@ class ReplicaManager:
         if change.kind in ("topic", "configs"):
             self._apply_configs(change.topic)
 
+    def set_throttle_rates(self, leader: int, follower: int) -> None:
+        """leader/follower.replication.throttled.rate, dynamic broker configs."""
+        self.leader_quota.rate = leader
+        self.follower_quota.rate = follower
+
     def refresh_configs(self) -> None:
         """Every replica's min.insync.replicas again: the broker's defaults changed."""
         for topic in {name for name, _ in self.partitions}:
@@ -122,6 +142,18 @@ class ReplicaManager:
         for (name, _), partition in self.partitions.items():
             if name == topic:
                 partition.min_insync_replicas = min_isr
+                self._apply_throttles(partition, meta.configs)
+
+    def _apply_throttles(self, partition: Partition, configs: Mapping[str, str]) -> None:
+        """Whether the topic's throttled replica lists name this replica."""
+        index = partition.key[1]
+
+        def listed(key: str) -> bool:
+            replicas = tuple(i.strip() for i in configs.get(key, "").split(",") if i.strip())
+            return lists_replica(replicas, index, self.local_id)
+
+        partition.leader_throttle = self.leader_quota if listed(LEADER_THROTTLED) else None
+        partition.follower_throttle = self.follower_quota if listed(FOLLOWER_THROTTLED) else None
 
     def reconcile(self) -> None:
         cache = self.link.cache
@@ -132,6 +164,27 @@ class ReplicaManager:
                 self._reconcile_one(topic, index)
         for key in [k for k in self.partitions if k not in assigned]:
             self._remove(key)
+        self._drop_moved_away(assigned)
+
+    def _drop_moved_away(self, assigned: set[tuple[str, int]]) -> None:
+        """Delete the replicas this broker still holds of partitions reassigned elsewhere
+        while it was down (Kafka's ZooKeeper-era brokers kept such stray logs): the topic,
+        by its id, is the one on disk and its assignment no longer names this broker."""
+        cache = self.link.cache
+        for plog in list(self.logs):
+            key = (plog.topic, plog.partition)
+            if key in assigned or key in self.partitions:
+                continue
+            meta = cache.topics.get(plog.topic)
+            info = self.logs.topics.get(plog.topic)
+            if meta is None or info is None or info.topic_id != meta.topic_id:
+                continue
+            if self.local_id not in meta.assignment.get(plog.partition, (self.local_id,)):
+                log.info("%s-%d: reassigned away while this broker was down; removing it", *key)
+                try:
+                    self.logs.drop_partition(plog.topic, plog.partition, delete=True)
+                except Exception:
+                    log.exception("removing %s-%d failed", *key)
 
     def _reconcile_one(self, topic: str, index: int) -> None:
         cache = self.link.cache
@@ -157,6 +210,7 @@ class ReplicaManager:
             if partition is None:
                 return
         partition.min_insync_replicas = self.min_isr_for(topic, cache.topics[topic].configs)
+        self._apply_throttles(partition, cache.topics[topic].configs)
         self._apply(partition, current.state, replicas, current.version)
 
     def _open(self, topic: str, index: int) -> Partition | None:

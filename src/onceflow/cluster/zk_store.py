@@ -14,6 +14,7 @@ TopicExists, NoSuchTopic, StaleVersion (lost a compare-and-set) and ControllerFe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from onceflow.cluster.znodes import (
     ElectionRequest,
     PartitionState,
     ProducerIdBlock,
+    TopicAssignment,
     broker_path,
     decode_assignment,
     decode_cluster_id,
@@ -460,15 +462,65 @@ class ZkMetadataStore:
             raw, stat = self._zk.get(topic_path(topic))
         except NoNodeError as exc:
             raise MetadataStoreError(f"no topic '{topic}'") from exc
-        topic_id, current = decode_assignment(topic, raw)
-        if current != expected:
+        decoded = TopicAssignment.decode(topic, raw)
+        if decoded.partitions != {p: tuple(r) for p, r in expected.items()}:
             raise StaleVersion(f"the partitions of '{topic}' changed meanwhile")
+        grown = dataclasses.replace(
+            decoded, partitions={p: tuple(r) for p, r in assignment.items()}
+        )
         try:
-            self._zk.set(
-                topic_path(topic), encode_assignment(topic_id, assignment), version=stat.version
-            )
+            self._zk.set(topic_path(topic), grown.encode(), version=stat.version)
         except BadVersionError as exc:
             raise StaleVersion(f"the partitions of '{topic}' changed meanwhile") from exc
+
+    def alter_assignment(
+        self, topic: str, change: Callable[[TopicAssignment], TopicAssignment]
+    ) -> tuple[TopicAssignment, int]:
+        """Apply `change` to the topic's assignment znode by compare-and-set, read again and
+        retried while another writer wins (AlterPartitionReassignments from any broker, the
+        controller completing another partition); the new assignment and znode version.
+        `change` may raise to refuse (it sees the newest assignment each time)."""
+        while True:
+            try:
+                raw, stat = self._zk.get(topic_path(topic))
+            except NoNodeError as exc:
+                raise NoSuchTopic(f"no topic '{topic}'") from exc
+            current = TopicAssignment.decode(topic, raw)
+            updated = change(current)
+            if updated == current:
+                return current, int(stat.version)  # nothing to write (every part refused)
+            try:
+                written = self._zk.set(topic_path(topic), updated.encode(), version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError as exc:
+                raise NoSuchTopic(f"no topic '{topic}'") from exc
+            return updated, int(written.version)
+
+    def finish_reassignment(
+        self,
+        topic: str,
+        assignment: TopicAssignment,
+        assignment_version: int,
+        states: list[tuple[int, PartitionState, int]],
+        election: Election,
+    ) -> None:
+        """The controller's last step of reassignments (Kafka's phase B): the partitions'
+        new states (leader in the target, ISR within it) and the assignment without the
+        removed replicas, in one transaction fenced by the controller epoch, each znode by
+        compare-and-set. StaleVersion when another write came first."""
+        txn = self._zk.transaction()
+        txn.check(CONTROLLER_EPOCH, election.epoch_version)
+        for partition, state, version in states:
+            txn.set_data(partition_state_path(topic, partition), state.encode(), version)
+        txn.set_data(topic_path(topic), assignment.encode(), assignment_version)
+        index, error = _failure(txn.commit())
+        if index == 0:
+            raise ControllerFenced(f"controller epoch {election.epoch} is no longer current")
+        if isinstance(error, (BadVersionError, NoNodeError)):
+            raise StaleVersion(f"{topic}: changed while its reassignment was completed")
+        if error is not None:
+            raise MetadataStoreError(f"completing the reassignment of '{topic}': {error!r}")
 
     def delete_topic(self, topic: str) -> None:
         """Remove the topic's znodes; every broker's watch then drops its replicas."""

@@ -7,7 +7,8 @@ Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
     /cluster/id                                the cluster id, made by the first broker
     /controller                                ephemeral: the elected controller's id
     /controller_epoch                          the controller epoch, bumped by each election
-    /brokers/topics/<topic>                    replica assignment of every partition
+    /brokers/topics/<topic>                    replica assignment of every partition, and
+                                               the replicas being added and removed
     /brokers/topics/<topic>/partitions/<p>/state
                                                leader, leader epoch, ISR, controller epoch
     /config/topics/<topic>                     the topic's config overrides
@@ -22,7 +23,7 @@ Pure: paths, and values to bytes and back. `zk_store.py` does the I/O.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 BROKER_IDS = "/brokers/ids"
@@ -202,25 +203,62 @@ def decode_epoch(raw: bytes) -> int:
         raise CorruptZnode(f"{CONTROLLER_EPOCH}: {raw[:40]!r}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic's assignment znode: each partition's replicas and, while a partition is
+    being reassigned (KIP-455, as Kafka's ZooKeeper-era controller keeps it), the replicas
+    being added and removed. During a reassignment `partitions` holds the full set, target
+    first (Kafka's `(target ++ original).distinct`): the original replicas are the full set
+    without the adding ones, the target the full set without the removing ones."""
+
+    topic_id: str
+    partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        def lists(by_partition: dict[int, tuple[int, ...]]) -> dict[str, list[int]]:
+            return {str(p): list(r) for p, r in sorted(by_partition.items()) if r}
+
+        return _dump(
+            {
+                "version": 3,
+                "topic_id": self.topic_id,
+                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
+                "adding_replicas": lists(self.adding),
+                "removing_replicas": lists(self.removing),
+            }
+        )
+
+    @classmethod
+    def decode(cls, topic: str, raw: bytes) -> TopicAssignment:
+        value = _load(raw, topic_path(topic))
+        try:
+
+            def lists(name: str) -> dict[int, tuple[int, ...]]:
+                return {
+                    int(p): tuple(int(b) for b in r) for p, r in (value.get(name) or {}).items()
+                }
+
+            if not isinstance(value["partitions"], dict):
+                raise TypeError("partitions is not an object")
+            return cls(
+                str(value.get("topic_id", "")),
+                lists("partitions"),
+                lists("adding_replicas"),
+                lists("removing_replicas"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptZnode(f"{topic_path(topic)}: {exc!r}") from exc
+
+
 def encode_assignment(topic_id: str, assignment: dict[int, list[int]]) -> bytes:
-    return _dump(
-        {
-            "version": 3,
-            "topic_id": topic_id,
-            "partitions": {str(p): replicas for p, replicas in sorted(assignment.items())},
-            "adding_replicas": {},
-            "removing_replicas": {},
-        }
-    )
+    return TopicAssignment(topic_id, {p: tuple(r) for p, r in assignment.items()}).encode()
 
 
 def decode_assignment(topic: str, raw: bytes) -> tuple[str, dict[int, list[int]]]:
-    value = _load(raw, topic_path(topic))
-    try:
-        partitions = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
-        return str(value.get("topic_id", "")), partitions
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CorruptZnode(f"{topic_path(topic)}: {exc!r}") from exc
+    decoded = TopicAssignment.decode(topic, raw)
+    return decoded.topic_id, {p: list(r) for p, r in decoded.partitions.items()}
 
 
 def encode_topic_config(configs: dict[str, str]) -> bytes:

@@ -121,7 +121,11 @@ class BrokerConfig(
     def topic_defaults(self) -> TopicConfig:
         """The config of a topic with no overrides: the broker's log.* values."""
         return TopicConfig(
-            **{spec.attr: getattr(self, spec.broker_keys[0].attr) for spec in TOPIC_KEYS}
+            **{
+                spec.attr: getattr(self, spec.broker_keys[0].attr)
+                for spec in TOPIC_KEYS
+                if spec.broker_keys
+            }
         )
 
     def topic_config(self, overrides: Mapping[str, str | None]) -> TopicConfig:
@@ -250,10 +254,15 @@ _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
 #: The broker keys AlterConfigs may change at runtime, cluster-wide or per broker: the
 #: defaults of the topic-level keys (Kafka's DynamicLogConfig). Kafka's other dynamic keys
 #: tune parts Onceflow does not have (thread pools, listeners reloaded in place).
+#: And the replication throttles' rates (Kafka's DynamicReplicationConfig).
+_THROTTLE_ATTRS = ("leader_replication_throttled_rate", "follower_replication_throttled_rate")
 DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
     spec.name for topic_key in TOPIC_KEYS for spec in topic_key.broker_keys
+) | frozenset(spec.name for attr in _THROTTLE_ATTRS for spec in BROKER_KEY_GROUPS[attr])
+_DYNAMIC_ATTRS: tuple[str, ...] = (
+    *dict.fromkeys(t.broker_keys[0].attr for t in TOPIC_KEYS if t.broker_keys),
+    *_THROTTLE_ATTRS,
 )
-_DYNAMIC_ATTRS: tuple[str, ...] = tuple(dict.fromkeys(t.broker_keys[0].attr for t in TOPIC_KEYS))
 
 
 def check_dynamic_broker_config(settings: Mapping[str, str]) -> None:

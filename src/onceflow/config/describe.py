@@ -79,8 +79,8 @@ CONFIG_DOCS: tuple[ConfigDoc, ...] = tuple(
 TOPIC_CONFIG_DOCS: tuple[ConfigDoc, ...] = tuple(
     ConfigDoc(
         spec.name,
-        render(spec.kind, spec.broker_keys[0].default),
-        f"{spec.doc} Broker default: {spec.broker_keys[0].name}.",
+        render(spec.kind, spec.primary.default),
+        f"{spec.doc} Broker default: {spec.primary.name}." if spec.broker_keys else spec.doc,
     )
     for spec in TOPIC_KEYS
 )
@@ -205,7 +205,7 @@ def describe_topic_config(
             for bspec in spec.broker_keys
             if bspec.name in layer
         )
-        primary = spec.broker_keys[0]
+        primary = spec.primary
         synonyms.append(
             ConfigSynonym(primary.name, _broker_default(primary), ConfigSource.DEFAULT_CONFIG)
         )

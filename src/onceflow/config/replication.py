@@ -10,6 +10,7 @@ from onceflow.config.kinds import (
     BOOL,
     INT,
     LONG,
+    LONG_MAX,
     NON_NEGATIVE,
     POSITIVE,
     STRING,
@@ -67,6 +68,25 @@ class ReplicationKeys:
     replica_socket_timeout_ms: int = key(
         "replica.socket.timeout.ms", INT, 30_000, POSITIVE,
         "A follower's fetch that gets no answer this long is retried on a new connection.",
+    )
+    leader_replication_throttled_rate: int = key(
+        "leader.replication.throttled.rate", LONG, LONG_MAX, NON_NEGATIVE,
+        "Bytes per second this broker, as leader, sends to followers outside the ISR of the "
+        "replicas listed in leader.replication.throttled.replicas (dynamic; set by "
+        "reassign-partitions --throttle).",
+    )
+    follower_replication_throttled_rate: int = key(
+        "follower.replication.throttled.rate", LONG, LONG_MAX, NON_NEGATIVE,
+        "Bytes per second this broker, as a follower outside the ISR, copies for the replicas "
+        "listed in follower.replication.throttled.replicas (dynamic).",
+    )
+    replication_quota_window_num: int = key(
+        "replication.quota.window.num", INT, 11, POSITIVE,
+        "Samples the replication throttles measure their rate over.",
+    )
+    replication_quota_window_size_seconds: int = key(
+        "replication.quota.window.size.seconds", INT, 1, POSITIVE,
+        "Length of each replication throttle sample.",
     )
     unclean_leader_election_enable: bool = key(
         "unclean.leader.election.enable", BOOL, False, None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.config.kinds import LIST
 from onceflow.config.log import LogKeys
 from onceflow.config.spec import (
     Check,
@@ -52,22 +53,66 @@ def _topic(name: str, broker_key: str, doc: str) -> Any:
 
 
 @dataclass(frozen=True)
+class _TopicOnlyDeclared:
+    name: str
+    kind: Kind[Any]
+    check: Check | None
+    doc: str
+
+
+def _topic_only(name: str, kind: Kind[Any], default: Any, check: Check | None, doc: str) -> Any:
+    """Declare a topic key that no broker key supplies a default for (Kafka's throttled
+    replica lists): its type, check and default are its own."""
+    return dataclasses.field(
+        default=default, metadata={_METADATA: _TopicOnlyDeclared(name, kind, check, doc)}
+    )
+
+
+def _is_replica_list(items: tuple[str, ...]) -> bool:
+    if items == ("*",):
+        return True
+    for item in items:
+        partition, colon, broker = item.partition(":")
+        if not (colon and partition.strip().isdigit() and broker.strip().isdigit()):
+            return False
+    return True
+
+
+#: Kafka's ThrottledReplicaListValidator.
+REPLICA_LIST = Check(
+    "the literal '*' or a list of replicas in the following format: "
+    "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    _is_replica_list,
+)
+
+
+@dataclass(frozen=True)
 class TopicKey:
     """One topic-level key, its `TopicConfig` attribute and the broker keys it falls back to."""
 
     name: str
     attr: str
     doc: str
-    #: The broker keys this topic key falls back to, highest precedence first.
+    #: The broker keys this topic key falls back to, highest precedence first; none for a
+    #: topic-only key, which then has its own (`own`).
     broker_keys: tuple[Key, ...]
+    own: Key | None = None
+
+    @property
+    def primary(self) -> Key:
+        """The key whose type, check and default this topic key has."""
+        if self.broker_keys:
+            return self.broker_keys[0]
+        assert self.own is not None, self.name
+        return self.own
 
     @property
     def kind(self) -> Kind[Any]:
-        return self.broker_keys[0].kind
+        return self.primary.kind
 
     @property
     def check(self) -> Check | None:
-        return self.broker_keys[0].check
+        return self.primary.check
 
     def parse(self, raw: str) -> Any:
         """The parsed, range-checked value of `raw`; ConfigError naming this key otherwise."""
@@ -168,6 +213,16 @@ class TopicConfig:
         "segment.ms", "log.roll.ms",
         "Age of a segment's first record that triggers a roll.",
     )
+    leader_replication_throttled_replicas: tuple[str, ...] = _topic_only(
+        "leader.replication.throttled.replicas", LIST, (), REPLICA_LIST,
+        "Replicas (partition:broker, or * for all) whose leader's sends to followers outside "
+        "the ISR count against that broker's leader.replication.throttled.rate.",
+    )
+    follower_replication_throttled_replicas: tuple[str, ...] = _topic_only(
+        "follower.replication.throttled.replicas", LIST, (), REPLICA_LIST,
+        "Replicas (partition:broker, or * for all) whose copying, outside the ISR, counts "
+        "against that broker's follower.replication.throttled.rate.",
+    )
     # fmt: on
     overrides: tuple[tuple[str, str], ...] = ()
 
@@ -223,6 +278,10 @@ def _topic_keys() -> tuple[TopicKey, ...]:
     rows = []
     for f in dataclasses.fields(TopicConfig):
         declared = f.metadata.get(_METADATA)
+        if isinstance(declared, _TopicOnlyDeclared):
+            own = Key(declared.name, f.name, declared.kind, declared.check, declared.doc, f.default)
+            rows.append(TopicKey(declared.name, f.name, declared.doc, (), own))
+            continue
         if not isinstance(declared, _TopicDeclared):
             continue
         primary = _LOG_KEYS_BY_NAME[declared.broker_key]

@@ -133,8 +133,6 @@ GAPS: dict[int, str] = {
     39: _DELEGATION_TOKENS,
     40: _DELEGATION_TOKENS,
     41: _DELEGATION_TOKENS,
-    45: "not implemented: partition reassignment",
-    46: "not implemented: partition reassignment",
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,

@@ -271,7 +271,7 @@ class ReplicaFetcher:
         ready = {
             k: f
             for k, f in self.partitions.items()
-            if f.truncated and not f.out_of_range and f.retry_at <= now
+            if f.truncated and not f.out_of_range and f.retry_at <= now and not _held(f)
         }
         if not ready:
             return False
@@ -464,6 +464,17 @@ class ReplicaFetcher:
             followed.truncated = False
             return None
         self.host.appended(plog)
+        quota = followed.partition.follower_throttle
+        if quota is not None:
+            quota.record(len(records))
         if plog.config.durable:
             return self.host.durable(plog, result.last_offset)
         return None
+
+
+def _held(followed: _Followed) -> bool:
+    """Left out of this fetch by the follower throttle (Kafka's shouldFollowerThrottle):
+    the partition is throttled, this replica is outside the ISR and the rate is over."""
+    partition = followed.partition
+    quota = partition.follower_throttle
+    return quota is not None and partition.local_id not in partition.isr and quota.exceeded()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from onceflow.clock import Clock
 from onceflow.errors import ErrorCode, KafkaError, fail_future
+from onceflow.replication.throttle import ReplicationQuota
 from onceflow.storage.partition_log import PartitionLog
 
 
@@ -65,6 +66,11 @@ class Partition:
         self.progress: dict[int, ReplicaProgress] = {}
         self.isr_change_pending = False
         self.min_insync_replicas = 1  # the topic's min.insync.replicas, set by the owner
+        # The replication throttles this replica counts against when its topic lists it
+        # (set by the owner): as leader, its sends to followers outside the ISR; as a
+        # follower outside the ISR, its copying. None: not throttled.
+        self.leader_throttle: ReplicationQuota | None = None
+        self.follower_throttle: ReplicationQuota | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         # DeleteRecords waiting for the low watermark to reach an offset.
         self._start_waiters: list[tuple[int, asyncio.Future[int]]] = []

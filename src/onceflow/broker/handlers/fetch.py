@@ -260,7 +260,16 @@ def _read_for_follower(
             ErrorCode.replica_not_available,
             f"{replica} is not a follower of {plog.name}",
         )
-    result = plog.read(p.fetch_offset, max_bytes, plog.log_end_offset, True)
+    # A throttled replica outside the ISR gets no records while the leader's replication
+    # throttle is over its rate (Kafka's shouldLeaderThrottle); what it gets counts.
+    quota = partition.leader_throttle if replica not in partition.isr else None
+    region = None
+    log_start = plog.log_start_offset
+    if quota is None or not quota.exceeded():
+        result = plog.read(p.fetch_offset, max_bytes, plog.log_end_offset, True)
+        region, log_start = result.region, result.log_start_offset
+        if quota is not None and region is not None:
+            quota.record(region.size)
     ctx.broker.writes.follower_fetched(
         plog, replica, p.fetch_offset, getattr(p, "log_start_offset", -1)
     )
@@ -269,8 +278,8 @@ def _read_for_follower(
         ErrorCode.none,
         plog.high_watermark,
         plog.last_stable_offset,
-        result.log_start_offset,
-        result.region,
+        log_start,
+        region,
         None,
     )
 

@@ -70,6 +70,9 @@ class ReplicationSummary:
     isr_shrinks: int
     isr_expands: int
     active_controller: bool
+    reassigning: int = 0  # partitions led here that are being reassigned
+    throttled_leader_bytes: int = 0  # bytes sent or copied under the replication throttles
+    throttled_follower_bytes: int = 0
 
 
 class Peers(Protocol):
@@ -210,6 +213,23 @@ class Topology(Protocol):
         """ElectLeaders (Kafka's type: 0 preferred, 1 unclean) for `partitions` (None:
         every partition), each answered once its new leader is known or `timeout_ms` passed
         (REQUEST_TIMED_OUT). Only the controller writes leaders; alone, none is needed."""
+        ...
+
+    async def alter_partition_reassignments(
+        self,
+        requested: dict[tuple[str, int], tuple[int, ...] | None],
+        allow_rf_change: bool,
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """AlterPartitionReassignments: start (a target), or cancel (None), each partition's
+        reassignment; each answered once the change is written (Kafka's answer does not
+        wait for the reassignment to complete)."""
+        ...
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """ListPartitionReassignments: replicas, adding and removing of each partition being
+        reassigned (of `partitions`, or all)."""
         ...
 
     def ensure_internal_topic(

@@ -34,6 +34,7 @@ from onceflow.broker.topology.base import (
     RoleListener,
     TopicInfo,
 )
+from onceflow.cluster.reassignment import check_target
 from onceflow.config import BrokerConfig
 from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.coordinator.transaction.metadata import TopicPartition
@@ -300,6 +301,30 @@ class StandaloneTopology:
     async def delete_topic(self, name: str) -> None:
         await self._barrier()  # no fsync may run on files about to be closed
         self._logs.delete_topic(name)
+
+    async def alter_partition_reassignments(
+        self,
+        requested: dict[tuple[str, int], tuple[int, ...] | None],
+        allow_rf_change: bool,
+    ) -> dict[tuple[str, int], ElectionResult]:
+        """Alone, every partition's one replica is this broker: only [this broker] is a
+        valid target (and changes nothing), and nothing is ever being reassigned."""
+        results: dict[tuple[str, int], ElectionResult] = {}
+        for (topic, partition), target in requested.items():
+            if not self.has_partition(topic, partition):
+                results[(topic, partition)] = UNKNOWN_PARTITION
+            elif target is None:
+                results[(topic, partition)] = (ErrorCode.no_reassignment_in_progress, None)
+            else:
+                added = [r for r in target if r != self.node_id]
+                refusal = check_target(target, added, [self.node_id])
+                results[(topic, partition)] = refusal or (ErrorCode.none, None)
+        return results
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        return {}
 
     def ensure_internal_topic(
         self,

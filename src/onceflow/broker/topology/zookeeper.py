@@ -37,6 +37,8 @@ from onceflow.cluster.controller import Controller, ControllerSettings
 from onceflow.cluster.elections import ElectionType, plan_requested_election
 from onceflow.cluster.link import ClusterLink
 from onceflow.cluster.metadata import MetadataCache, TopicMetadata
+from onceflow.cluster.reassignment import ongoing
+from onceflow.cluster.reassignment_requests import alter_reassignments
 from onceflow.cluster.replica_manager import ReplicaManager, ReplicationSettings
 from onceflow.cluster.security_store import ZkSecurityStore
 from onceflow.cluster.zk_store import (
@@ -141,11 +143,14 @@ class ZkTopology:
                     socket_timeout_ms=config.replica_socket_timeout_ms,
                     security=self._inter_broker_security,
                 ),
+                quota_window_num=config.replication_quota_window_num,
+                quota_window_s=config.replication_quota_window_size_seconds,
             ),
             self._clock,
             self.internal_topics,
             self._min_isr,
         )
+        self._set_throttle_rates()
         self.controller = Controller(
             self.link,
             self.node_id,
@@ -356,16 +361,31 @@ class ZkTopology:
             for topic, index, _ in cache.partitions()
             if cache.leader_of(topic, index) < 0
         )
+        reassigning = sum(
+            1
+            for (topic, index), p in self.replicas.partitions.items()
+            if p.role is Role.LEADER and (topic, index) in ongoing(cache, [(topic, index)])
+        )
         return ReplicationSummary(
             under,
             frozenset(offline),
             self.replicas.isr_shrinks,
             self.replicas.isr_expands,
             self.controller.active,
+            reassigning,
+            self.replicas.leader_quota.throttled_bytes,
+            self.replicas.follower_quota.throttled_bytes,
         )
 
     def refresh_configs(self) -> None:
         self.replicas.refresh_configs()
+        self._set_throttle_rates()
+
+    def _set_throttle_rates(self) -> None:
+        config = self._config()
+        self.replicas.set_throttle_rates(
+            config.leader_replication_throttled_rate, config.follower_replication_throttled_rate
+        )
 
     def controller_id(self) -> int:
         controller = self.cache.controller_id
@@ -467,6 +487,11 @@ class ZkTopology:
         meta = self.cache.topics.get(name)
         if meta is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"no topic '{name}'")
+        if meta.adding or meta.removing:  # as Kafka's ZkAdminManager refuses it
+            raise KafkaError(
+                ErrorCode.reassignment_in_progress,
+                f"A partition reassignment is in progress for the topic '{name}'.",
+            )
         current = {p: list(r) for p, r in meta.assignment.items()}
         if total <= len(current):
             raise KafkaError(
@@ -583,6 +608,18 @@ class ZkTopology:
         except MetadataStoreError as exc:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, str(exc)) from exc
         await self.link.wait_for(lambda: name not in self.cache.topics, CREATE_WAIT_S)
+
+    async def alter_partition_reassignments(
+        self,
+        requested: dict[tuple[str, int], tuple[int, ...] | None],
+        allow_rf_change: bool,
+    ) -> dict[tuple[str, int], ElectionResult]:
+        return await alter_reassignments(self.link, requested, allow_rf_change)
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        return ongoing(self.cache, partitions)
 
     def ensure_internal_topic(
         self,
