@@ -29,6 +29,7 @@ from benchmarks import (
     recovery,
     scaling,
     security,
+    share,
     tls_records,
 )
 from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
@@ -54,6 +55,7 @@ SECTIONS = (
     "security",
     "latency",
     "scaling",
+    "share",
     "recovery",
     "cluster",
     "spark",
@@ -88,6 +90,7 @@ class Plan:
     latency_rate: int = 2000  # msg/s offered
     latency_seconds: float = 3.0
     partition_messages: int = 60_000  # per partition count
+    share_messages: int = 20_000  # consumed by share groups of 1, 2, 4 and a classic consumer
     producer_messages: int = 60_000  # in all, shared by the concurrent producers
     transactions_per_size: dict[int, int] = field(
         default_factory=lambda: {1: 200, 100: 100, 10_000: 3}
@@ -124,6 +127,7 @@ class Plan:
             latency_rate=500,
             latency_seconds=0.5,
             partition_messages=2_000,
+            share_messages=500,
             producer_messages=1_600,
             transactions_per_size={1: 20, 100: 5, 10_000: 1},
             memory_partitions=20,
@@ -248,6 +252,22 @@ def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None
         prefix="bench-",
     )
     out.update(pair_figures(pair, "ctp"))
+
+
+def share_section(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
+    """Share-group consumption of one partition by 1, 2 and 4 consumers, against a classic
+    consumer of the same partition, interleaved per repetition."""
+    b = broker.bootstrap
+    topic = share.prepare(b, plan.share_messages)
+    runs: dict[str, list[float]] = {"classic": []}
+    runs.update({str(n): [] for n in share.CONSUMER_COUNTS})
+    for _ in range(plan.repeat):
+        runs["classic"].append(share.classic_run(b, topic, plan.share_messages))
+        for n in share.CONSUMER_COUNTS:
+            runs[str(n)].append(share.share_run(b, topic, n, plan.share_messages + 1))
+    out["share_classic_consumer_recps"] = statistics.median(runs["classic"])
+    for n in share.CONSUMER_COUNTS:
+        out[f"share_consumers_{n}_recps"] = statistics.median(runs[str(n)])
 
 
 def scale(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
@@ -403,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "security": lambda: security_section(plan, figures),
         "latency": lambda: latencies(plan, broker, figures),
         "scaling": lambda: scale(plan, broker, figures),
+        "share": lambda: share_section(plan, broker, figures),
         "recovery": lambda: recover(plan, figures),
         "cluster": lambda: cluster_section(plan, figures),
         "spark": lambda: spark(plan, broker, figures),

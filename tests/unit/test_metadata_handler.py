@@ -31,7 +31,7 @@ from onceflow.security.acl import AclOperation
 API = ApiKey.METADATA
 VERSIONS = range(SUPPORTED_VERSIONS[API][0], SUPPORTED_VERSIONS[API][1] + 1)
 NO_OPERATIONS = -(2**31)
-INTERNAL = ("__consumer_offsets", "__transaction_state")
+INTERNAL = ("__consumer_offsets", "__share_group_state", "__transaction_state")
 Key = str | uuid.UUID
 
 
@@ -98,10 +98,12 @@ def test_every_topic_internal_ones_marked(tmp_path: Path, version: int) -> None:
         names = [t.name for t in response.topics]
         assert names == [OPEN, SECRET, *INTERNAL]
         if version >= 1:
-            assert [t.is_internal for t in response.topics] == [False, False, True, True]
+            assert [t.is_internal for t in response.topics] == [False, False] + [True] * len(
+                INTERNAL
+            )
         if version >= 10:
             ids = [t.topic_id for t in response.topics]
-            assert None not in ids and len(set(ids)) == 4
+            assert None not in ids and len(set(ids)) == 2 + len(INTERNAL)
         if version >= 1:  # an empty list asks for no topic at all
             none = await h.call(API, version, **fields(version, ()))
             assert none.topics == ()

@@ -18,14 +18,17 @@ from typing import TYPE_CHECKING
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
 from onceflow.broker.metrics import BrokerMetrics
+from onceflow.broker.metrics_share import ShareStateCollector
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.quota_metrics import QuotaCollector
 from onceflow.broker.quota_store import LocalQuotaStore
 from onceflow.broker.quotas import ClientQuotas
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
+from onceflow.broker.share_persister import SharePersister
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
     TXN_TOPIC,
     CreatedTopic,
     validate_topic_name,
@@ -40,6 +43,8 @@ from onceflow.config import BrokerConfig, ConfigError
 from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry
+from onceflow.coordinator.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
+from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.coordinator.transaction.coordinator import (
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -144,10 +149,33 @@ class Broker:
             topics=self._topic_size,
             topic_names=lambda: (n for n in self.topic_names() if n not in INTERNAL_TOPICS),
         )
+        # Share groups (KIP-932): their members, sessions and share-partitions, with the
+        # share-partitions' state in __share_group_state.
+        self.share_coordinator = ShareCoordinator(
+            self.clock,
+            ShareCoordinatorConfig.from_broker_config(config),
+            ShareStateStore(
+                _ShareStateTopicLog(self.writes),
+                config.share_coordinator_state_topic_num_partitions,
+            ),
+            self.topic_partition_count,
+            config,
+        )
+        self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
+        self.writes.on_share_marker = self.share_coordinator.complete_txn
+        if self.metrics is not None:
+            self.metrics.registry.register(ShareStateCollector(self.share_coordinator))
         # A coordinator serves the keys of the internal partitions this broker leads.
         self.group_coordinator.serve_loaded_only()
         self.txn_coordinator.serve_loaded_only()
         self.topology = self._topology()
+        # A share-partition's state may be led by another broker: the persister asks it.
+        self.share_coordinator.persister = SharePersister(
+            self.share_coordinator.store,
+            lambda: self.topology,
+            self.node_id,
+            self.ensure_share_state_topic,
+        )
         self.writes.attach(
             self.flusher, self.topology, self.txn_coordinator, self.group_coordinator
         )
@@ -222,6 +250,7 @@ class Broker:
             self.txn_coordinator.poll,
         )
         self._every(0.1, self.group_coordinator.poll)
+        self._every(0.1, self.share_coordinator.poll)
         self._every(self.config.log_retention_check_interval_ms / 1000, self.logs.enforce_retention)
         self._every(60.0, self.logs.checkpoint_recovery_points)
         self._every(1.0, self.disk.refresh)  # logs the disk's state changes without traffic
@@ -254,6 +283,11 @@ class Broker:
             if role is Role.LEADER:
                 return self.txn_coordinator.load_partition(partition, leader_epoch)
             self.txn_coordinator.unload(partition, leader_epoch)
+        elif topic == SHARE_STATE_TOPIC:
+            if role is Role.LEADER:
+                self.share_coordinator.store.load_partition(partition, leader_epoch)
+            else:
+                self.share_coordinator.store.unload(partition, leader_epoch)
         return None
 
     def _every(self, seconds: float, action: Callable[[], object]) -> None:
@@ -289,6 +323,8 @@ class Broker:
             self.txn_coordinator.unload(plog.partition)
         elif plog.topic == OFFSETS_TOPIC:
             self.group_coordinator.unload(plog.partition)
+        elif plog.topic == SHARE_STATE_TOPIC:
+            self.share_coordinator.store.unload(plog.partition)
 
     def coordinator_node(
         self, key_type: int, key: str, listener: str | None = None
@@ -325,6 +361,21 @@ class Broker:
             return None
         address = self.topology.endpoint(leader, listener or config.inter_broker_listener().name)
         return None if address is None else (leader, *address)
+
+    def ensure_share_state_topic(self) -> bool:
+        """Whether __share_group_state exists, creating it on first use as the other
+        internal topics are (its default replication factor capped at the brokers)."""
+        config = self.config
+        capped = "share.coordinator.state.topic.replication.factor" not in dict(config.settings)
+        segment = str(config.share_coordinator_state_topic_segment_bytes)
+        return self.topology.ensure_internal_topic(
+            SHARE_STATE_TOPIC,
+            config.share_coordinator_state_topic_num_partitions,
+            config.share_coordinator_state_topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": segment},
+            cap_at_brokers=capped,
+            min_isr=config.share_coordinator_state_topic_min_isr,
+        )
 
     def coordinator_available(self, key_type: int, key: str) -> bool:
         """Whether the log partition behind a group (0) or transactional id (1) is online."""
@@ -517,3 +568,21 @@ class _TxnTopicLog:
         for entry in self._writes.read_internal(TXN_TOPIC, partition):
             if entry.control is None:
                 yield entry.key, entry.value
+
+
+class _ShareStateTopicLog:
+    """The ShareStateLog the share coordinator's store persists through."""
+
+    def __init__(self, writes: Writes) -> None:
+        self._writes = writes
+
+    def append(
+        self, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> Awaitable[int]:
+        # Started now, so appends land in call order whether or not anyone awaits them.
+        return asyncio.ensure_future(
+            self._writes.append_internal(SHARE_STATE_TOPIC, partition, batch, transactional_id)
+        )
+
+    def read(self, partition: int) -> Iterable[LogEntry]:
+        return self._writes.read_internal(SHARE_STATE_TOPIC, partition)

@@ -175,6 +175,10 @@ class InterBroker:
                         raise KafkaError(error, f"marker for {name} not written on {leader}")
                     log.warning("marker for %s refused by broker %d: %s", name, leader, error.name)
 
+    async def share_state(self, broker: int, api_key: int, version: int, request: Any) -> Any:
+        """A share persister request to the share coordinator of the state's partition."""
+        return await self._request(broker, api_key, version, request)
+
     def close(self) -> None:
         for _, connection in self._connections.values():
             connection.close()

@@ -21,6 +21,7 @@ from onceflow.broker.writes import Writes
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
+from onceflow.coordinator.share.coordinator import ShareCoordinator
 from onceflow.coordinator.transaction.coordinator import TransactionCoordinator
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.replication.partition import Partition
@@ -72,6 +73,8 @@ class BrokerServices(Protocol):
     def txn_coordinator(self) -> TransactionCoordinator: ...
     @property
     def group_coordinator(self) -> GroupCoordinator: ...
+    @property
+    def share_coordinator(self) -> ShareCoordinator: ...
     @property
     def metrics(self) -> BrokerMetrics | None: ...
     @property

@@ -12,7 +12,8 @@ MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 OFFSETS_TOPIC = "__consumer_offsets"
 TXN_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})
+SHARE_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC, SHARE_STATE_TOPIC})
 
 
 class CreatedTopic(NamedTuple):

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from onceflow.broker.purgatory import FetchPurgatory
-from onceflow.broker.topics import OFFSETS_TOPIC, TXN_TOPIC
+from onceflow.broker.topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TXN_TOPIC
 from onceflow.broker.topology.base import NO_LEADER, Topology
 from onceflow.broker.verification import RemoteVerification
 from onceflow.config import BrokerConfig
@@ -64,6 +64,8 @@ class Writes:
         self._logs = logs
         self.purgatory = purgatory
         self.replica_purgatory = replica_purgatory
+        #: A transaction marker reached __share_group_state: (producer id, commit, partition).
+        self.on_share_marker: Callable[[int, bool, int], None] | None = None
 
     def attach(
         self,
@@ -180,6 +182,8 @@ class Writes:
                 await wait
             if plog.topic == OFFSETS_TOPIC:
                 self.group_coordinator.complete_txn(producer_id, commit, plog.partition)
+            elif plog.topic == SHARE_STATE_TOPIC and self.on_share_marker is not None:
+                self.on_share_marker(producer_id, commit, plog.partition)
 
     def verify_transactional(
         self,

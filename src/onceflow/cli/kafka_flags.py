@@ -14,6 +14,7 @@ KAFKA_TOOLS = {
     "produce": "kafka-console-producer.sh",
     "consume": "kafka-console-consumer.sh",
     "groups": "kafka-consumer-groups.sh",
+    "share-groups": "kafka-share-groups.sh",
     "delete-records": "kafka-delete-records.sh",
     "dump-log": "kafka-dump-log.sh",
     "transactions": "kafka-transactions.sh",

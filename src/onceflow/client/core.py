@@ -67,6 +67,17 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 0),  # the controller's id, for ElectLeaders
     ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.LIST_GROUPS: (5, 5),  # share groups by type
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_GROUPS: (2, 2),
+    ApiKey.LIST_OFFSETS: (1, 1),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     SASL_HANDSHAKE: (SASL_HANDSHAKE_VERSION, SASL_HANDSHAKE_VERSION),

@@ -28,6 +28,7 @@ from onceflow.config.quotas import QuotaKeys
 from onceflow.config.replication import ReplicationKeys
 from onceflow.config.security import SASL_MECHANISMS, SecurityKeys
 from onceflow.config.server import ServerKeys, check_listeners
+from onceflow.config.share import ShareKeys, check_share_bounds
 from onceflow.config.spec import (
     ConfigError,
     Key,
@@ -56,8 +57,6 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
     "num.replica.fetchers": "one fetcher per leader broker, in the server's own loop",
     "socket.send.buffer.bytes": "the OS defaults are used",
     "socket.receive.buffer.bytes": "the OS defaults are used",
-    "share.coordinator.state.topic.replication.factor": "share groups are not supported",
-    "share.coordinator.state.topic.min.isr": "share groups are not supported",
     "log.flush.scheduler.interval.ms": "flushing follows onceflow.fsync.on.ack",
     "log.flush.offset.checkpoint.interval.ms": "checkpoints are written by the log itself",
     "log.preallocate": "segments are not preallocated",
@@ -73,7 +72,14 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
 # of the order the keys are documented and described in (server first, transactions last).
 @dataclass(frozen=True)
 class BrokerConfig(
-    QuotaKeys, TransactionKeys, GroupKeys, ReplicationKeys, LogKeys, SecurityKeys, ServerKeys
+    ShareKeys,
+    QuotaKeys,
+    TransactionKeys,
+    GroupKeys,
+    ReplicationKeys,
+    LogKeys,
+    SecurityKeys,
+    ServerKeys,
 ):
     """The broker's static configuration; see `CONFIG_DOCS` for each attribute's Kafka key.
 
@@ -239,6 +245,7 @@ _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     _check_metrics_listener,
     check_session_timeouts,
     check_consumer_group_timeouts,
+    check_share_bounds,
     check_compaction_lag,
     _check_standalone,
 )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from onceflow.client.errors import ClientError
-from onceflow.console import groups_view, records_view, topics_view, txn_view
+from onceflow.console import groups_view, records_view, share_groups_view, topics_view, txn_view
 from onceflow.console.clients import ActionRefused, BadRequest, ClusterUnavailable, KafkaClients
 from onceflow.console.settings import ConsoleSettings
 
@@ -98,6 +98,10 @@ async def groups(request: web.Request) -> web.Response:
     return web.json_response(await _in_thread(request, groups_view.groups))
 
 
+async def share_groups(request: web.Request) -> web.Response:
+    return web.json_response(await _in_thread(request, share_groups_view.share_groups))
+
+
 async def transactions(request: web.Request) -> web.Response:
     return web.json_response(await _in_thread(request, txn_view.transactions))
 
@@ -163,6 +167,7 @@ def make_app(settings: ConsoleSettings) -> web.Application:
     app.router.add_get("/api/topics/{topic}/{partition}/producers", producers)
     app.router.add_get("/api/topics/{topic}/{partition}/records", records)
     app.router.add_get("/api/groups", groups)
+    app.router.add_get("/api/share-groups", share_groups)
     app.router.add_get("/api/transactions", transactions)
     app.router.add_get("/api/hanging", hanging)
     app.router.add_post("/api/hanging/abort", abort)

@@ -62,8 +62,19 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
     # Onceflow's own (protocol/onceflow_apis.py): far above Kafka's keys.
     COMPLETE_TRANSACTIONS = 32000
+    # Acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
+    TXN_SHARE_ACKNOWLEDGE = 32001
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -110,6 +121,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Share groups (KIP-932) at Kafka 4.2's ranges.
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),  # between brokers: the share persister
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),

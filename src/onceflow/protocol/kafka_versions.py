@@ -107,7 +107,11 @@ KAFKA_4_1: dict[int, KafkaApi] = {
     92: KafkaApi("DeleteShareGroupOffsets", 0, 0),
 }
 
-_SHARE_GROUPS = "share groups (KIP-932, a preview in Kafka 4.1) are not implemented"
+_SHARE_V2 = "v2 (Kafka 4.2: acquire modes, record limits, renew acknowledgements) is served too"
+_SHARE_PERSISTER = (
+    "not served: share-partition states are initialized by their first read and deleted "
+    "with their group (Read/WriteShareGroupState are served)"
+)
 _DELEGATION_TOKENS = "delegation tokens are not supported"
 _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 
@@ -133,22 +137,20 @@ GAPS: dict[int, str] = {
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
     74: "not implemented: listing config resources (client metrics are not supported)",
-    76: _SHARE_GROUPS,
-    77: _SHARE_GROUPS,
-    78: _SHARE_GROUPS,
-    79: _SHARE_GROUPS,
+    78: _SHARE_V2,
+    79: _SHARE_V2,
     80: _KRAFT,
     81: _KRAFT,
-    83: _SHARE_GROUPS,
-    84: _SHARE_GROUPS,
-    85: _SHARE_GROUPS,
-    86: _SHARE_GROUPS,
-    87: _SHARE_GROUPS,
-    90: _SHARE_GROUPS,
-    91: _SHARE_GROUPS,
-    92: _SHARE_GROUPS,
+    83: _SHARE_PERSISTER,
+    86: _SHARE_PERSISTER,
+    87: _SHARE_PERSISTER,
+    90: "v1 (Kafka 4.2: the lag) is served too",
     32000: (
         "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
         "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API"
+    ),
+    32001: (
+        "Onceflow's own TxnShareAcknowledge: share acknowledgements inside a transaction "
+        "(protocol/txn_share_acknowledge.py); no Kafka API"
     ),
 }

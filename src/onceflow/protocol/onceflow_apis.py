@@ -33,6 +33,8 @@ from kio.schema.types import ProducerId, TransactionalId
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta
 
+from onceflow.protocol import txn_share_acknowledge as tsa
+
 COMPLETE_TRANSACTIONS = 32000
 
 
@@ -89,11 +91,20 @@ def _module(*members: type) -> ModuleType:
     return module
 
 
+_TXN_SHARE_ACK = (tsa.API_KEY, tsa.VERSION)  # TxnShareAcknowledge (txn_share_acknowledge.py)
 REQUEST_MODULES = {
-    (COMPLETE_TRANSACTIONS, 0): _module(PreparedTransaction, CompleteTransactionsRequest)
+    (COMPLETE_TRANSACTIONS, 0): _module(PreparedTransaction, CompleteTransactionsRequest),
+    _TXN_SHARE_ACK: tsa,
 }
 RESPONSE_MODULES = {
-    (COMPLETE_TRANSACTIONS, 0): _module(TransactionResult, CompleteTransactionsResponse)
+    (COMPLETE_TRANSACTIONS, 0): _module(TransactionResult, CompleteTransactionsResponse),
+    _TXN_SHARE_ACK: tsa,
 }
-REQUESTS: dict[tuple[int, int], type] = {(COMPLETE_TRANSACTIONS, 0): CompleteTransactionsRequest}
-RESPONSES: dict[tuple[int, int], type] = {(COMPLETE_TRANSACTIONS, 0): CompleteTransactionsResponse}
+REQUESTS: dict[tuple[int, int], type] = {
+    (COMPLETE_TRANSACTIONS, 0): CompleteTransactionsRequest,
+    _TXN_SHARE_ACK: tsa.TxnShareAcknowledgeRequest,
+}
+RESPONSES: dict[tuple[int, int], type] = {
+    (COMPLETE_TRANSACTIONS, 0): CompleteTransactionsResponse,
+    _TXN_SHARE_ACK: tsa.TxnShareAcknowledgeResponse,
+}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.handlers import authz, client_quotas, topic_deletion
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.handlers.group_configs import RESOURCE_GROUP, describe_group
 from onceflow.broker.topics import CreatedTopic
 from onceflow.config import (
     ConfigError,
@@ -285,6 +286,8 @@ def _describe(ctx: RequestContext, resource: Any) -> list[Any]:
         if not resource.resource_name:  # the cluster-wide default: what is set there
             return describe_default_broker_config(broker.config)
         return list(describe_broker_config(broker.config))
+    if resource.resource_type == RESOURCE_GROUP:
+        return describe_group(ctx, resource.resource_name)
     raise KafkaError(
         ErrorCode.invalid_request, f"unsupported resource type {resource.resource_type}"
     )

@@ -22,6 +22,7 @@ from typing import Any
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.admin import RESOURCE_BROKER, RESOURCE_TOPIC
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.handlers.group_configs import RESOURCE_GROUP, alter_group
 from onceflow.broker.topics import validate_topic_name
 from onceflow.config import (
     AlterConfigOp,
@@ -61,6 +62,8 @@ async def _alter(ctx: RequestContext, request: Any, *, incremental: bool) -> Any
                 await _alter_topic(ctx, resource.resource_name, ops, incremental, validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 await _alter_broker(ctx, resource.resource_name, ops, incremental, validate_only)
+            elif resource.resource_type == RESOURCE_GROUP:
+                await alter_group(ctx, resource.resource_name, ops, incremental, validate_only)
             else:
                 raise KafkaError(
                     ErrorCode.invalid_request, f"Unknown resource type {resource.resource_type}"

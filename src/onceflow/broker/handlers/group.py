@@ -24,6 +24,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.handlers.share_groups import share_overviews
 from onceflow.coordinator.group import GroupCoordinator, OffsetCommitEntry, TopicPartition
 from onceflow.coordinator.group.results import FetchedOffset
 from onceflow.errors import ErrorCode
@@ -576,9 +577,10 @@ def _described_not_found(ctx: RequestContext, group_id: str) -> Any:
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    """ListGroups v0-v5: v4 filters by state, v5 by type ("classic", "consumer"), both
-    case-insensitive, as Kafka."""
+    """ListGroups v0-v5: v4 filters by state, v5 by type ("classic", "consumer", "share"),
+    both case-insensitive, as Kafka."""
     error, overviews = _coordinator(ctx).list_groups()
+    overviews += share_overviews(ctx)
     states = {s.strip().lower() for s in getattr(request, "states_filter", ())}
     types = {t.strip().lower() for t in getattr(request, "types_filter", ())}
     if types:

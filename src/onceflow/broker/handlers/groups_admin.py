@@ -16,6 +16,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.handlers.share_groups import share_coordinator
 from onceflow.coordinator.group import GroupCoordinator, TopicPartition
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
@@ -33,7 +34,12 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     group_ids = list(dict.fromkeys(request.groups_names))
     denied = authz.denied(ctx, AclOperation.DELETE, ResourceType.GROUP, group_ids)
     allowed = [g for g in group_ids if g not in denied]
-    codes = await _coordinator(ctx).delete_groups(allowed) if allowed else {}
+    shares = share_coordinator(ctx)
+    shared = [g for g in allowed if shares.is_share_group(g)]
+    others = [g for g in allowed if g not in shared]
+    codes = await _coordinator(ctx).delete_groups(others) if others else {}
+    for group_id in shared:  # a share group: its members must be gone (NON_EMPTY_GROUP)
+        codes[group_id] = await shares.delete_group(group_id)
     results = [ctx.entity("DeletableGroupResult", group_id=g, error_code=codes[g]) for g in allowed]
     results += [
         ctx.entity(

@@ -18,9 +18,14 @@ from onceflow.broker.handlers import (
     records_admin,
     sasl,
     scram,
+    share_fetch,
+    share_groups,
+    share_offsets,
+    share_state,
     topic_partitions,
     txn,
     txn_admin,
+    txn_share_ack,
 )
 from onceflow.broker.handlers.api_versions import handle_api_versions
 from onceflow.broker.handlers.base import Handler
@@ -56,6 +61,11 @@ HANDLERS: dict[int, Handler] = {
     **acls.HANDLERS,
     **scram.HANDLERS,
     **client_quotas.HANDLERS,
+    **share_groups.HANDLERS,
+    **share_fetch.HANDLERS,
+    **share_offsets.HANDLERS,
+    **share_state.HANDLERS,
+    **txn_share_ack.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

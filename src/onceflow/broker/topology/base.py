@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from onceflow.broker.topics import CreatedTopic
 from onceflow.coordinator.transaction.marker import TxnMarker
@@ -94,6 +94,11 @@ class Peers(Protocol):
         *,
         add: bool,
     ) -> dict[TopicPartition, ErrorCode]: ...
+
+    async def share_state(self, broker: int, api_key: int, version: int, request: Any) -> Any:
+        """A share persister request (Read/WriteShareGroupState) to the broker leading the
+        state's `__share_group_state` partition: its answer."""
+        ...
 
     def close(self) -> None: ...
 

@@ -14,10 +14,12 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
     TXN_TOPIC,
     CreatedTopic,
     partition_count_message,
@@ -67,6 +69,9 @@ class NoPeers:
         *,
         add: bool,
     ) -> dict[TopicPartition, ErrorCode]:
+        raise KafkaError(ErrorCode.not_coordinator, f"broker {broker} is not alive")
+
+    async def share_state(self, broker: int, api_key: int, version: int, request: Any) -> Any:
         raise KafkaError(ErrorCode.not_coordinator, f"broker {broker} is not alive")
 
     def close(self) -> None:
@@ -124,6 +129,11 @@ class StandaloneTopology:
                 TXN_TOPIC,
                 config.transaction_state_log_num_partitions,
                 config.transaction_state_log_segment_bytes,
+            ),
+            (
+                SHARE_STATE_TOPIC,
+                config.share_coordinator_state_topic_num_partitions,
+                config.share_coordinator_state_topic_segment_bytes,
             ),
         ):
             if topic not in self._logs.topics:

@@ -90,7 +90,9 @@ function poll(url, render, once) {
     try {
       const data = await getJSON(typeof url === "function" ? url() : url);
       if (mine !== generation) return;
-      content.replaceChildren(render(data));
+      const rendered = await render(data);  // a page may fetch more (share groups)
+      if (mine !== generation) return;
+      content.replaceChildren(rendered);
       showOk();
     } catch (e) {
       if (mine !== generation) return;
@@ -175,11 +177,33 @@ function groupSection(g) {
       partitions, "No committed offsets."));
 }
 
+function shareGroupSection(g) {
+  const members = g.members.map((m) => el("tr", {},
+    el("td", {}, m.member_id), el("td", {}, m.client_id), el("td", {}, m.host),
+    el("td", {}, m.assignment.join(", "))));
+  const partitions = g.partitions.map((p) => el("tr",
+    { "data-topic": p.topic, "data-partition": p.partition },
+    el("td", {}, p.topic), num(p.partition), num(p.start_offset),
+    num(p.lag, { class: `num lag${p.lag > 0 ? " positive" : ""}` })));
+  return el("div", { class: "group share-group", "data-group": g.group_id },
+    el("h3", {}, `${g.group_id} · share · ${g.state} · total lag ${g.total_lag}`),
+    table(["Member", "Client id", "Host", "Assigned"], members, "No members."),
+    table(["Topic", "Partition", "Start offset", "Lag"], partitions, "No share-partitions yet."));
+}
+
 function groupsPage() {
-  poll("/api/groups", (data) => el("section", {}, el("h2", {}, "Consumer groups"),
-    el("p", { class: "hint" }, "Lag: high watermark − committed offset, per partition."),
-    data.groups.length ? data.groups.map(groupSection)
-      : el("p", { class: "empty" }, "No consumer groups.")));
+  poll("/api/groups", async (data) => {
+    const share = await getJSON("/api/share-groups");
+    return el("section", {}, el("h2", {}, "Consumer groups"),
+      el("p", { class: "hint" }, "Lag: high watermark − committed offset, per partition."),
+      data.groups.length ? data.groups.map(groupSection)
+        : el("p", { class: "empty" }, "No consumer groups."),
+      el("h2", {}, "Share groups"),
+      el("p", { class: "hint" }, "Queues (KIP-932): start offset = every record before it was " +
+        "delivered for good; lag = high watermark − start offset − records delivered past it."),
+      share.share_groups.length ? share.share_groups.map(shareGroupSection)
+        : el("p", { class: "empty" }, "No share groups."));
+  });
 }
 
 function topicsPage() {

@@ -1,0 +1,417 @@
+"""The share-group coordinator: membership, share sessions and the share-partitions this
+broker leads (Kafka's GroupCoordinator for share groups plus its SharePartitionManager).
+
+Each share-partition is held in memory by the leader of its topic partition and
+initialized from `__share_group_state` (or `share.auto.offset.reset`) the first time it is
+fetched. Every change an acknowledgement, a release or an expired lock makes is written to
+`__share_group_state` before it is answered, so a broker killed at any point loses no
+acknowledgement and delivers nothing acknowledged again; what was only acquired comes back
+as available, with its delivery count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from onceflow.clock import Clock
+from onceflow.config import BrokerConfig
+from onceflow.coordinator.share import group as membership
+from onceflow.coordinator.share.group import (
+    Heartbeat,
+    HeartbeatAnswer,
+    MembershipLimits,
+    ShareGroup,
+)
+from onceflow.coordinator.share.group_configs import GroupConfigs
+from onceflow.coordinator.share.partition import (
+    PENDING_TARGETS,
+    AcquiredRange,
+    FetchedBatch,
+    ShareLimits,
+    SharePartition,
+    type_runs,
+)
+from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
+from onceflow.coordinator.share.sessions import ShareSessions
+from onceflow.coordinator.share.state import AcknowledgeType
+from onceflow.coordinator.share.store import ShareStateStore
+from onceflow.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareCoordinatorConfig:
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_size: int = 200
+    lock_duration_ms: int = 30_000
+    delivery_count_limit: int = 5
+    max_record_locks: int = 2000
+
+    @classmethod
+    def from_broker_config(cls, cfg: BrokerConfig) -> ShareCoordinatorConfig:
+        return cls(
+            session_timeout_ms=cfg.group_share_session_timeout_ms,
+            heartbeat_interval_ms=cfg.group_share_heartbeat_interval_ms,
+            max_size=cfg.group_share_max_size,
+            lock_duration_ms=cfg.group_share_record_lock_duration_ms,
+            delivery_count_limit=cfg.group_share_delivery_count_limit,
+            max_record_locks=cfg.group_share_partition_max_record_locks,
+        )
+
+
+@dataclass(slots=True)
+class ShareCounters:
+    """Plain integers the metrics read at scrape time."""
+
+    acquired: int = 0
+    redelivered: int = 0
+    acknowledged: dict[str, int] = field(
+        default_factory=lambda: {"accept": 0, "release": 0, "reject": 0}
+    )
+    lock_expired: int = 0
+
+
+class SnapshotPersister(Protocol):
+    """Reads and writes share-partition snapshots wherever their state partition is led
+    (the store here, or another broker's share coordinator)."""
+
+    async def read(self, key: ShareKey) -> ShareSnapshot | None: ...
+
+    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]: ...
+
+    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
+
+    async def group_configs(self, group_id: str) -> dict[str, str] | None:
+        """A group's config overrides where its partition is led (None: here)."""
+        ...
+
+    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
+        """Forward an IncrementalAlterConfigs of the group to where its partition is led;
+        the answer (None: here)."""
+        ...
+
+
+@dataclass(slots=True)
+class HeldPartition:
+    topic: str
+    partition: SharePartition
+    state_epoch: int = 0
+
+
+AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
+#: Who holds records tied to an open transaction found at load (their consumer is gone;
+#: the transaction's end decides them).
+RECOVERED_MEMBER = "<recovered transaction>"
+CONFIGS_REFRESH_MS = 5_000  # how long a group's configs read from another broker are used
+
+
+class ShareCoordinator:
+    def __init__(
+        self,
+        clock: Clock,
+        config: ShareCoordinatorConfig,
+        store: ShareStateStore,
+        partitions_of: Callable[[str], int | None],
+        broker_config: BrokerConfig,
+    ) -> None:
+        self._clock = clock
+        self.config = config
+        self.store = store
+        #: Snapshots go here; the broker replaces it with one that reaches other brokers.
+        self.persister: SnapshotPersister = _LocalPersister(store)
+        self._partitions_of = partitions_of
+        self.group_configs = GroupConfigs(broker_config, store.group_configs)
+        self.groups: dict[str, ShareGroup] = {}
+        self.held: dict[ShareKey, HeldPartition] = {}
+        self.sessions = ShareSessions()
+        self.counters = ShareCounters()
+        self._configs_fresh_until: dict[str, int] = {}
+        #: Called with (topic, partition) when records there become available again.
+        self.on_available: Callable[[str, int], None] = lambda topic, partition: None
+
+    # -- membership
+
+    def heartbeat(self, hb: Heartbeat) -> tuple[HeartbeatAnswer, int]:
+        """The answer and the heartbeat interval to tell."""
+        settings = self.group_configs.of(hb.group_id)
+        limits = MembershipLimits(settings.session_timeout_ms, self.config.max_size)
+        group = self.groups.get(hb.group_id)
+        if group is None:
+            if hb.member_epoch != membership.JOIN_EPOCH:
+                return HeartbeatAnswer(ErrorCode.unknown_member_id, "unknown member"), 0
+            group = self.groups[hb.group_id] = ShareGroup(hb.group_id)
+        answer = membership.heartbeat(
+            group, hb, self._clock.monotonic_ms(), limits, self._partitions_of
+        )
+        if answer.left:
+            self._member_gone(hb.group_id, hb.member_id)
+        return answer, settings.heartbeat_interval_ms
+
+    def _member_gone(self, group_id: str, member_id: str) -> None:
+        self.sessions.close_member(group_id, member_id)
+        for key, held in self.held.items():
+            if key.group_id == group_id and held.partition.release_member(member_id):
+                self._changed(key, held)
+
+    def group(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    def is_share_group(self, group_id: str) -> bool:
+        return group_id in self.groups or bool(self.store_keys(group_id))
+
+    def store_keys(self, group_id: str) -> list[ShareKey]:
+        return self.store.share_keys(group_id)
+
+    def group_ids(self) -> set[str]:
+        return set(self.groups) | {k.group_id for k in self.store.share_keys()}
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.non_empty_group
+        if group is None and not self.store_keys(group_id):
+            return ErrorCode.group_id_not_found
+        self.groups.pop(group_id, None)
+        for key in [k for k in self.held if k.group_id == group_id]:
+            del self.held[key]
+        await self.delete_states(self.store_keys(group_id))
+        if self.group_configs.overrides(group_id):
+            await self.set_group_configs(group_id, {})
+        return ErrorCode.none
+
+    async def refresh_group_configs(self, group_id: str) -> None:
+        """Read a group's configs where its partition is led, if not here (at most every
+        few seconds: a fetch, a heartbeat and a describe of the group all ask)."""
+        now = self._clock.monotonic_ms()
+        if now < self._configs_fresh_until.get(group_id, 0):
+            return
+        try:
+            remote = await self.persister.group_configs(group_id)
+        except KafkaError:
+            return  # the last known ones (or the defaults) until it answers
+        self._configs_fresh_until[group_id] = now + CONFIGS_REFRESH_MS
+        if remote is None:
+            self.group_configs.remote.pop(group_id, None)
+        else:
+            self.group_configs.remote[group_id] = remote
+
+    def forget_group_configs(self, group_id: str) -> None:
+        """The group's configs changed elsewhere: read them again at the next use."""
+        self._configs_fresh_until.pop(group_id, None)
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Replace a group's config overrides (validated by the caller), durably."""
+        await self.store.write_group_configs(group_id, configs, self._clock.now_ms())
+
+    async def delete_states(self, keys: Sequence[ShareKey]) -> None:
+        now = self._clock.now_ms()
+        writes = [self.persister.delete(key, now) for key in keys]
+        for key in keys:
+            self.held.pop(key, None)
+        for written in writes:
+            await written
+
+    # -- share-partitions
+
+    async def held_partition(
+        self, key: ShareKey, topic: str, log_start: int, log_end: int
+    ) -> HeldPartition:
+        """The share-partition, initialized on first use: from its durable state, else at
+        the group's share.auto.offset.reset (written at once, as Kafka's Initialize, so
+        "latest" means the end when the group first read, not at every restart)."""
+        held = self.held.get(key)
+        if held is None:
+            settings = self.group_configs.of(key.group_id)
+            limits = ShareLimits(
+                settings.lock_duration_ms,
+                settings.delivery_count_limit,
+                self.config.max_record_locks,
+            )
+            snapshot = await self.persister.read(key)
+            held = self.held.get(key)  # another fetch initialized it meanwhile
+            if held is not None:
+                return held
+            sp = SharePartition(log_start, limits)
+            if snapshot is not None:
+                sp.restore(snapshot.start_offset, snapshot.batches)
+                held = HeldPartition(topic, sp, snapshot.state_epoch)
+                for producer_id, ranges in self.store.pending_for(key):
+                    for first, last, target in ranges:  # held until the transaction ends
+                        sp.mark_pending(first, last, producer_id, target, RECOVERED_MEMBER)
+            else:
+                start = log_start if settings.auto_offset_reset == "earliest" else log_end
+                sp.restore(start, ())
+                held = HeldPartition(topic, sp)
+                _background(self._persist(key, held))
+            self.held[key] = held
+        if held.partition.start_offset < log_start:  # retention or DeleteRecords passed it
+            held.partition.reset_start(log_start)
+            _background(self._persist(key, held))
+        return held
+
+    def acquire(
+        self,
+        key: ShareKey,
+        held: HeldPartition,
+        member: str,
+        batches: Sequence[FetchedBatch],
+        max_records: int,
+        mode: int,
+    ) -> list[AcquiredRange]:
+        before = held.partition.redelivered_total
+        got = held.partition.acquire(member, batches, max_records, self._clock.monotonic_ms(), mode)
+        self.counters.acquired += sum(r.last - r.first + 1 for r in got)
+        self.counters.redelivered += held.partition.redelivered_total - before
+        if any(b.skip for b in batches):
+            _background(self._persist(key, held))  # archived aborted and control records
+        return got
+
+    def acknowledge(
+        self, key: ShareKey, member: str, batches: Sequence[AckBatch]
+    ) -> tuple[ErrorCode, Awaitable[int] | None]:
+        """Apply a partition's acknowledgement batches; the first error stops them. The
+        write to await before answering is returned (None: nothing changed)."""
+        held = self.held.get(key)
+        if held is None:
+            return ErrorCode.invalid_record_state, None
+        now = self._clock.monotonic_ms()
+        error = ErrorCode.none
+        changed = False
+        for first, last, types in batches:
+            error = held.partition.acknowledge(member, first, last, types, now)
+            if error is not ErrorCode.none:
+                break
+            changed = True
+            self._count_acks(first, last, types)
+        if any(t == AcknowledgeType.RELEASE for _, _, ts in batches for t in ts):
+            self.on_available(held.topic, key.partition)
+        return error, (self._persist(key, held) if changed else None)
+
+    def txn_acknowledge(
+        self,
+        key: ShareKey,
+        member: str,
+        batches: Sequence[AckBatch],
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+    ) -> tuple[ErrorCode, Awaitable[int] | None]:
+        """Acknowledgements inside `producer_id`'s transaction (its state partition was
+        added to it): validated now, written as the producer's transactional record, and
+        applied by `complete_txn` when its marker arrives."""
+        held = self.held.get(key)
+        if held is None:
+            return ErrorCode.invalid_record_state, None
+        pieces = [p for first, last, types in batches for p in type_runs(first, last, types)]
+        error = held.partition.acknowledge_pending(member, pieces, producer_id)
+        if error is not ErrorCode.none:
+            return error, None
+        ranges = tuple((first, last, PENDING_TARGETS[kind]) for first, last, kind in pieces)
+        written = self.store.write_txn_update(
+            key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
+        )
+        return ErrorCode.none, written
+
+    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        """A transaction's marker reached a `__share_group_state` partition: its
+        acknowledgements there take effect (commit) or the records are released (abort)."""
+        for key in self.store.complete_txn(producer_id, commit, partition):
+            held = self.held.get(key)
+            if held is not None and held.partition.complete_pending(producer_id, commit):
+                self._changed(key, held)
+
+    def _count_acks(self, first: int, last: int, types: Sequence[int]) -> None:
+        names = {1: "accept", 2: "release", 3: "reject"}
+        if len(types) == 1:
+            name = names.get(types[0])
+            if name is not None:
+                self.counters.acknowledged[name] += last - first + 1
+            return
+        for t in types:
+            name = names.get(t)
+            if name is not None:
+                self.counters.acknowledged[name] += 1
+
+    def _persist(self, key: ShareKey, held: HeldPartition) -> Awaitable[int]:
+        snapshot = ShareSnapshot(
+            held.state_epoch, held.partition.start_offset, tuple(held.partition.state_batches())
+        )
+        return self.persister.write(key, snapshot, self._clock.now_ms())
+
+    def _changed(self, key: ShareKey, held: HeldPartition) -> None:
+        """A change nobody waits for (a lock ran out, a member left): written, and the
+        partition's parked fetches woken."""
+        try:
+            written = self._persist(key, held)
+        except KafkaError as exc:
+            log.warning("share state of %s not written: %s", key, exc)
+        else:
+            _background(written)
+        self.on_available(held.topic, key.partition)
+
+    async def reset_start(self, key: ShareKey, offset: int) -> None:
+        """AlterShareGroupOffsets: a new start offset, everything in flight forgotten."""
+        held = self.held.get(key)
+        if held is not None:
+            held.partition.reset_start(offset)
+            held.state_epoch += 1
+            await self._persist(key, held)
+            return
+        snapshot = await self.persister.read(key)
+        epoch = 0 if snapshot is None else snapshot.state_epoch + 1
+        await self.persister.write(key, ShareSnapshot(epoch, offset, ()), self._clock.now_ms())
+
+    # -- time
+
+    async def poll(self) -> None:
+        """Expire members whose session ran out and acquisition locks that ran out."""
+        now = self._clock.monotonic_ms()
+        for group in self.groups.values():
+            for member_id in membership.expire(group, now):
+                log.info("share group %s: member %s expired", group.group_id, member_id)
+                self._member_gone(group.group_id, member_id)
+        for key, held in self.held.items():
+            deadline = held.partition.next_deadline()
+            if deadline is not None and deadline <= now:
+                released = held.partition.expire_locks(now)
+                if released:
+                    self.counters.lock_expired += released
+                    self._changed(key, held)
+
+
+class _LocalPersister:
+    """A single broker's: the store leads every state partition."""
+
+    def __init__(self, store: ShareStateStore) -> None:
+        self._store = store
+
+    async def read(self, key: ShareKey) -> ShareSnapshot | None:
+        return self._store.read(key)
+
+    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]:
+        return self._store.write(key, snapshot, now_ms)
+
+    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
+        return self._store.delete(key, now_ms)
+
+    async def group_configs(self, group_id: str) -> dict[str, str] | None:
+        return None
+
+    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
+        return None
+
+
+def _background(written: Awaitable[Any]) -> None:
+    """A write nobody waits for: a failure is logged (the next write carries the state)."""
+    asyncio.ensure_future(written).add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("share state write failed: %s", task.exception())

@@ -1,0 +1,249 @@
+"""The share coordinator's state store (Kafka's ShareCoordinator and the persister's
+Initialize/Read/Write/Delete/ReadSummary): share-partition snapshots in `__share_group_state`.
+
+A key's partition of `__share_group_state` is Kafka's: the hash of "group:topicId:partition".
+The store serves the keys of the partitions it has loaded (on a cluster: the ones its broker
+leads, following leadership as the group and transaction coordinators do); a write appends
+the snapshot through the replicated log and returns once it is durable, so a snapshot that
+was answered for survives a kill -9 and a leader move. Loading keeps each key's last record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Iterable
+from typing import Protocol
+
+from onceflow.coordinator.group.log import LogEntry
+from onceflow.coordinator.group.offsets import partition_for
+from onceflow.coordinator.partitions import PartitionOwnership
+from onceflow.coordinator.share.partition import ShareLimits, SharePartition
+from onceflow.coordinator.share.records import (
+    CorruptShareRecord,
+    GroupConfigKey,
+    Ranges,
+    ShareKey,
+    ShareSnapshot,
+    TxnUpdateKey,
+    decode_group_config_value,
+    decode_key,
+    decode_txn_value,
+    decode_value,
+    encode_group_config,
+    encode_key,
+    encode_txn_update,
+    encode_value,
+)
+from onceflow.errors import ErrorCode, KafkaError
+from onceflow.records.builder import build_batch
+
+log = logging.getLogger(__name__)
+COMMIT_MARKER = 1  # ControlType.COMMIT
+
+
+class ShareStateLog(Protocol):
+    """`__share_group_state` as the store sees it: appends (started at once, durable when
+    awaited; a transactional batch is checked as a producer's, KIP-890) and each
+    partition's records, markers included."""
+
+    def append(
+        self, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> Awaitable[int]: ...
+
+    def read(self, partition: int) -> Iterable[LogEntry]: ...
+
+
+#: Transactional acknowledgements waiting for their producer's marker:
+#: producer id -> [(share-partition, ranges)].
+PendingUpdates = dict[int, list[tuple[ShareKey, Ranges]]]
+
+
+class ShareStateStore:
+    def __init__(self, log_: ShareStateLog, num_partitions: int) -> None:
+        self._log = log_
+        self.num_partitions = num_partitions
+        self.ownership = PartitionOwnership(
+            num_partitions, serve_all=False, initially_loading=False
+        )
+        self._states: dict[int, dict[ShareKey, ShareSnapshot]] = {}
+        self._group_configs: dict[int, dict[str, dict[str, str]]] = {}
+        self._pending: dict[int, PendingUpdates] = {}
+
+    def partition_for(self, key: ShareKey) -> int:
+        return partition_for(key.coordinator_key(), self.num_partitions)
+
+    # -- loading (role changes)
+
+    def load_partition(self, partition: int, epoch: int | None = None) -> None:
+        token = self.ownership.begin(partition, epoch)
+        if token is None:
+            return
+        states: dict[ShareKey, ShareSnapshot] = {}
+        configs: dict[str, dict[str, str]] = {}
+        pending: PendingUpdates = {}
+        for entry in self._log.read(partition):
+            if entry.control is not None:
+                updates = pending.pop(entry.producer_id, [])
+                if entry.control == COMMIT_MARKER:
+                    for key, ranges in updates:
+                        if key in states:
+                            states[key] = apply_ranges(states[key], ranges)
+                continue
+            if entry.key is None:
+                continue
+            try:
+                self._replay(entry, states, configs, pending)
+            except CorruptShareRecord as exc:
+                log.warning("skipping a bad record of __share_group_state-%d: %s", partition, exc)
+        if self.ownership.current(partition, token):
+            self._states[partition] = states
+            self._group_configs[partition] = configs
+            self._pending[partition] = pending
+            self.ownership.finish(partition, token)
+        log.info(
+            "loaded %d share-partition states of __share_group_state-%d", len(states), partition
+        )
+
+    @staticmethod
+    def _replay(
+        entry: LogEntry,
+        states: dict[ShareKey, ShareSnapshot],
+        configs: dict[str, dict[str, str]],
+        pending: PendingUpdates,
+    ) -> None:
+        assert entry.key is not None
+        key = decode_key(entry.key)
+        if isinstance(key, GroupConfigKey):
+            if entry.value is None:
+                configs.pop(key.group_id, None)
+            else:
+                configs[key.group_id] = decode_group_config_value(entry.value)
+        elif isinstance(key, TxnUpdateKey):
+            if entry.transactional and entry.value is not None:
+                ranges = decode_txn_value(entry.value)
+                pending.setdefault(entry.producer_id, []).append((key.key, ranges))
+        elif entry.value is None:
+            states.pop(key, None)
+        else:
+            states[key] = decode_value(entry.value)
+
+    def unload(self, partition: int, epoch: int | None = None) -> None:
+        if self.ownership.drop(partition, epoch):
+            self._states.pop(partition, None)
+            self._group_configs.pop(partition, None)
+            self._pending.pop(partition, None)
+
+    def _served(self, key: ShareKey) -> dict[ShareKey, ShareSnapshot]:
+        return self._states[self._check_served(self.partition_for(key))]
+
+    def _check_served(self, partition: int) -> int:
+        states = self._states.get(partition)
+        if states is None or not self.ownership.owns(partition):
+            code = (
+                ErrorCode.coordinator_load_in_progress
+                if self.ownership.loading(partition)
+                else ErrorCode.not_coordinator
+            )
+            raise KafkaError(code, f"__share_group_state-{partition} is not served here")
+        return partition
+
+    # -- the persister's requests
+
+    def read(self, key: ShareKey) -> ShareSnapshot | None:
+        return self._served(key).get(key)
+
+    def share_keys(self, group_id: str | None = None) -> list[ShareKey]:
+        """Every key served (of one group)."""
+        return [
+            k
+            for states in self._states.values()
+            for k in states
+            if group_id is None or k.group_id == group_id
+        ]
+
+    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[int]:
+        """Append the snapshot now (so writes of one key land in call order); the result
+        completes once it is durable. The state is served from memory at once."""
+        states = self._served(key)
+        batch = build_batch([(encode_key(key), encode_value(snapshot), ())], timestamp_ms=now_ms)
+        written = self._log.append(self.partition_for(key), batch)
+        states[key] = snapshot
+        return written
+
+    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[int]:
+        states = self._served(key)
+        batch = build_batch([(encode_key(key), None, ())], timestamp_ms=now_ms)
+        written = self._log.append(self.partition_for(key), batch)
+        states.pop(key, None)
+        return written
+
+    # -- group configs
+
+    def group_partition(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """A group's config overrides ({} when none, or when its partition is elsewhere)."""
+        configs = self._group_configs.get(self.group_partition(group_id), {})
+        return dict(configs.get(group_id, {}))
+
+    def write_group_configs(
+        self, group_id: str, configs: dict[str, str], now_ms: int
+    ) -> Awaitable[int]:
+        partition = self._check_served(self.group_partition(group_id))
+        key, value = encode_group_config(group_id, configs or None)
+        written = self._log.append(partition, build_batch([(key, value, ())], timestamp_ms=now_ms))
+        if configs:
+            self._group_configs[partition][group_id] = dict(configs)
+        else:
+            self._group_configs[partition].pop(group_id, None)
+        return written
+
+    # -- transactional acknowledgements
+
+    def write_txn_update(
+        self,
+        key: ShareKey,
+        ranges: Ranges,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> Awaitable[int]:
+        """Append the acknowledgement as the producer's transactional record (its partition
+        was added to the transaction before)."""
+        partition = self._check_served(self.partition_for(key))
+        raw_key, value = encode_txn_update(key, ranges)
+        batch = build_batch(
+            [(raw_key, value, ())],
+            timestamp_ms=now_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=True,
+        )
+        written = self._log.append(partition, batch, transactional_id)
+        self._pending[partition].setdefault(producer_id, []).append((key, ranges))
+        return written
+
+    def pending_for(self, key: ShareKey) -> list[tuple[int, Ranges]]:
+        """The open transactions' acknowledgements of a share-partition (after a load)."""
+        pending = self._pending.get(self.partition_for(key), {})
+        return [(pid, r) for pid, updates in pending.items() for k, r in updates if k == key]
+
+    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> list[ShareKey]:
+        """The producer's marker is in `partition`: its updates leave the pending set (a
+        committed one is applied to the stored snapshot); the share-partitions touched."""
+        updates = self._pending.get(partition, {}).pop(producer_id, [])
+        states = self._states.get(partition, {})
+        if commit:
+            for key, ranges in updates:
+                if key in states:
+                    states[key] = apply_ranges(states[key], ranges)
+        return list(dict.fromkeys(key for key, _ in updates))
+
+
+def apply_ranges(snapshot: ShareSnapshot, ranges: Ranges) -> ShareSnapshot:
+    sp = SharePartition(snapshot.start_offset, ShareLimits())
+    sp.restore(snapshot.start_offset, snapshot.batches)
+    sp.force_states(ranges)
+    return ShareSnapshot(snapshot.state_epoch, sp.start_offset, tuple(sp.state_batches()))
