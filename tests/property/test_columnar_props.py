@@ -7,13 +7,16 @@ concatenation keep every string; the vectorised murmur2 is Kafka's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from onceflow.client.errors import ConfigError
 from onceflow.client.participant_columns import (
     Chunk,
     by_partition,
     murmur2_column,
+    partition_target,
     split_at_size,
 )
 from onceflow.client.participant_records import murmur2
@@ -159,3 +162,17 @@ def test_batches_are_cut_at_batch_size(sizes: list[int], room: int) -> None:
         limit = room if i == 0 else batch_size
         assert piece <= limit or stop - start == 1
         start = stop
+
+
+def test_columns_of_unequal_lengths_and_bad_partitions_are_refused() -> None:
+    values = BinaryColumn.of([b"a", b"b"])
+    with pytest.raises(ConfigError, match="1 keys for 2 values"):
+        Chunk.checked(values, BinaryColumn.of([b"k"]), None, 0)
+    with pytest.raises(ConfigError, match="3 partitions for 2 values"):
+        partition_target(np.zeros(3, np.int64), 2, 4, "t")
+    with pytest.raises(ConfigError, match="t has 4 partitions"):
+        partition_target(np.array([0, 4], np.int64), 2, 4, "t")
+    with pytest.raises(ConfigError, match="t has 4 partitions"):
+        partition_target(-2, 2, 4, "t")
+    assert partition_target(3, 2, 4, "t") == 3
+    assert partition_target(None, 2, 4, "t") is None

@@ -31,7 +31,12 @@ import numpy as np
 import numpy.typing as npt
 
 from onceflow.client.errors import ClientError, ConfigError, KafkaApiError
-from onceflow.client.participant_columns import BinaryColumn, Chunk, by_partition, split_at_size
+from onceflow.client.participant_columns import (
+    BinaryColumn,
+    Chunk,
+    by_partition,
+    partition_target,
+)
 from onceflow.client.participant_link import (
     Identity,
     Link,
@@ -243,48 +248,21 @@ class TwoPhaseProducer:
         one partition, the next in turn at each call (sticky, as Kafka's partitioner)."""
         if not self._in_transaction or self._prepared or self._fatal or self._abortable:
             self._refuse("produce")
-        n = len(values)
-        for name, column in (("keys", keys), ("headers", headers)):
-            if column is not None and len(column) != n:
-                raise ConfigError(f"{len(column)} {name} for {n} values")
-        if n == 0:
+        if not len(values):
             return
         leaders = self._link.partitions.get(topic)
         if leaders is None:
             leaders = self._call(lambda: self._leaders(topic))
-        count = len(leaders)
-        wanted = np.asarray(partition if partition is not None else -1, np.int64)
-        if wanted.ndim and len(wanted) != n:
-            raise ConfigError(f"{len(wanted)} partitions for {n} values")
-        if (wanted >= count).any() or (partition is not None and not wanted.ndim and wanted < 0):
-            raise ConfigError(f"{topic} has {count} partitions; asked for {partition}")
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        chunk = Chunk(values, keys, headers, np.full(n, ts, np.int64))
-        counter = self._next_partition.setdefault(topic, itertools.count())
-        target = int(wanted) if partition is not None and not wanted.ndim else partition
-        for number, part in by_partition(chunk, count, target, next(counter) % count):
-            self._append_chunk((topic, number), part)
-        self._records += n
+        chunk = Chunk.checked(values, keys, headers, ts)
+        target = partition_target(partition, len(values), len(leaders), topic)
+        keyless = next(self._next_partition.setdefault(topic, itertools.count())) % len(leaders)
+        for number, part in by_partition(chunk, len(leaders), target, keyless):
+            for _full in self._accumulator.append_chunk((topic, number), part):
+                self._send(everything=False)
+        self._records += len(values)
         if self._accumulator.lingering():
             self._send(everything=False)
-
-    def _append_chunk(self, tp: TopicPartition, chunk: Chunk) -> None:
-        """Add a partition's records in pieces that fill its batches to `batch.size`: every
-        piece but the last fills a batch, which is sealed behind it."""
-        sizes = chunk.record_sizes()
-        cuts = split_at_size(sizes, self._accumulator.room(tp), self.settings.batch_size)
-        start = 0
-        for i, stop in enumerate(cuts.tolist()):
-            full = False
-            if stop > start:
-                size = int(sizes[start:stop].sum())
-                full = self._accumulator.append_chunk(tp, chunk.slice(start, stop), size)
-            if i < len(cuts) - 1:
-                self._accumulator.close(tp)
-                full = True
-            if full:
-                self._send(everything=False)
-            start = stop
 
     def flush(self) -> None:
         """Send every queued record and wait for all of them to be acknowledged."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from onceflow.client.errors import ConfigError
 from onceflow.records.column import BinaryColumn, Ints
 from onceflow.records.columnar import header_sections
 from onceflow.records.record import Header
@@ -25,6 +26,7 @@ __all__ = [
     "by_partition",
     "header_sections",
     "murmur2_column",
+    "partition_target",
     "partitions_of",
     "split_at_size",
 ]
@@ -44,6 +46,22 @@ class Chunk:
     keys: BinaryColumn | None
     headers: BinaryColumn | None
     timestamps: Ints
+
+    @classmethod
+    def checked(
+        cls,
+        values: BinaryColumn,
+        keys: BinaryColumn | None,
+        headers: BinaryColumn | None,
+        timestamp_ms: int,
+    ) -> Chunk:
+        """`produce_columns`'s records, all at `timestamp_ms`; columns of unequal lengths
+        raise ConfigError."""
+        n = len(values)
+        for name, column in (("keys", keys), ("headers", headers)):
+            if column is not None and len(column) != n:
+                raise ConfigError(f"{len(column)} {name} for {n} values")
+        return cls(values, keys, headers, np.full(n, timestamp_ms, np.int64))
 
     @classmethod
     def of_rows(
@@ -167,6 +185,21 @@ def murmur2_column(keys: BinaryColumn) -> U32:
         h *= _M
         h ^= h >> np.uint32(15)
     return h
+
+
+def partition_target(
+    partition: int | Ints | None, n: int, count: int, topic: str
+) -> int | Ints | None:
+    """`produce_columns`'s partition argument for n records, checked against the topic's
+    `count` partitions: one for all, one per record (-1: none), or None."""
+    if partition is None:
+        return None
+    wanted = np.asarray(partition, np.int64)
+    if wanted.ndim and len(wanted) != n:
+        raise ConfigError(f"{len(wanted)} partitions for {n} values")
+    if (wanted >= count).any() or (not wanted.ndim and wanted < 0):
+        raise ConfigError(f"{topic} has {count} partitions; asked for {partition}")
+    return int(wanted) if not wanted.ndim else wanted
 
 
 def partitions_of(keys: BinaryColumn, count: int, keyless: int) -> Ints:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from onceflow.client.participant_columns import RECORD_OVERHEAD, Chunk
+from onceflow.client.participant_columns import RECORD_OVERHEAD, Chunk, split_at_size
 from onceflow.records.builder import RecordInput
 from onceflow.records.columnar import build_column_batch
 from onceflow.records.compression import Compression
@@ -144,14 +144,24 @@ class Accumulator:
         batch = self.open.get(tp)
         return self.batch_size - (batch.size if batch else 0)
 
-    def append_chunk(self, tp: TopicPartition, chunk: Chunk, size: int) -> bool:
-        """Add records given as columns (`size` bytes, roughly); whether the batch is full."""
-        batch = self._open(tp)
-        batch.rows_to_chunk()
-        batch.chunks.append(chunk)
-        batch.count += len(chunk)
-        batch.size += size
-        return batch.size >= self.batch_size
+    def append_chunk(self, tp: TopicPartition, chunk: Chunk) -> Iterator[None]:
+        """Add records given as columns, in pieces that fill batches to `batch_size`;
+        yields whenever the open batch is full, to be sealed before the next piece."""
+        sizes = chunk.record_sizes()
+        cuts = split_at_size(sizes, self.room(tp), self.batch_size).tolist()
+        start = 0
+        for i, stop in enumerate(cuts):
+            batch = self._open(tp)
+            if stop > start:
+                batch.rows_to_chunk()
+                batch.chunks.append(chunk.slice(start, stop))
+                batch.count += stop - start
+                batch.size += int(sizes[start:stop].sum())
+            if i < len(cuts) - 1:
+                batch.closed = True  # the next piece starts a batch of its own
+            if batch.closed or batch.size >= self.batch_size:
+                yield
+            start = stop
 
     def close(self, tp: TopicPartition) -> None:
         """The open batch of `tp` is sealed at the next `seal`, full or not."""
