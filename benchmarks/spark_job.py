@@ -13,6 +13,8 @@ import time
 import uuid
 from typing import Any
 
+import psutil
+
 from onceflow.bench import create_topic, produce
 
 SOURCE_PARTITIONS = 2
@@ -44,10 +46,28 @@ def spark_session() -> Any:
 SINKS = ("batch", "task", "noop")
 
 
-def spark_runs(bootstrap: str, records: int, repeat: int) -> dict[str, list[float]]:
-    """Records/s per repetition of each sink in SINKS ("batch" and "task": the onceflow
-    sink at that atomicity), run in turn. A warm-up of each job runs first and is not
-    counted, so Python worker start-up is not part of the figure."""
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and every descendant: the JVM, Spark's
+    Python workers, the broker, and the children they reaped. Unlike a rate, this does not
+    move with what else runs on the machine."""
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def spark_runs(
+    bootstrap: str, records: int, repeat: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Records/s and CPU microseconds per record (all processes, the broker's included when
+    it is a child of this one) per repetition of each sink in SINKS ("batch" and "task": the
+    onceflow sink at that atomicity), run in turn. A warm-up of each job runs first and is
+    not counted, so Python worker start-up is not part of the figure."""
     source = f"spark-source-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, source, SOURCE_PARTITIONS)
     produce(bootstrap, source, records, VALUE_BYTES, partitions=SOURCE_PARTITIONS)
@@ -80,10 +100,13 @@ def spark_runs(bootstrap: str, records: int, repeat: int) -> dict[str, list[floa
     def to_noop() -> None:
         frame().write.format("noop").mode("overwrite").save()
 
-    def timed(job: Any) -> float:
+    def timed(sink: str, job: Any) -> float:
+        cpu = cpu_seconds()
         start = time.perf_counter()
         job()
-        return records / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        cpu_us[sink].append((cpu_seconds() - cpu) * 1e6 / records)
+        return records / elapsed
 
     jobs = {
         "batch": lambda: to_onceflow("batch"),
@@ -91,12 +114,13 @@ def spark_runs(bootstrap: str, records: int, repeat: int) -> dict[str, list[floa
         "noop": to_noop,
     }
     rates: dict[str, list[float]] = {sink: [] for sink in SINKS}
+    cpu_us: dict[str, list[float]] = {sink: [] for sink in SINKS}
     try:
         for job in jobs.values():
             job()
         for _ in range(repeat):
             for sink, job in jobs.items():
-                rates[sink].append(timed(job))
+                rates[sink].append(timed(sink, job))
     finally:
         session.stop()
-    return rates
+    return rates, cpu_us

@@ -296,11 +296,12 @@ def spark(plan: Plan, out: dict[str, float]) -> None:
 
     broker = OnceflowBroker(participant.TWO_PC)  # per-batch atomicity needs KIP-939
     try:
-        rates = spark_job.spark_runs(broker.bootstrap, plan.spark_records, plan.repeat)
+        rates, cpu = spark_job.spark_runs(broker.bootstrap, plan.spark_records, plan.repeat)
     finally:
         broker.close()
     for sink, runs in rates.items():
         out[f"spark_{sink}_sink_recps"] = statistics.median(runs)
+        out[f"spark_{sink}_sink_cpu_us_per_record"] = statistics.median(cpu[sink])
     for sink in ("batch", "task"):
         out[f"spark_{sink}_sink_ratio_to_noop"] = statistics.median(
             mine / noop for mine, noop in zip(rates[sink], rates["noop"], strict=True)
@@ -308,6 +309,10 @@ def spark(plan: Plan, out: dict[str, float]) -> None:
     out["spark_batch_sink_ratio_to_task"] = statistics.median(
         b / t for b, t in zip(rates["batch"], rates["task"], strict=True)
     )
+    for sink in ("batch", "task"):  # the rate a CPU-bound machine would give, as a ratio
+        out[f"spark_{sink}_sink_cpu_ratio_to_noop"] = statistics.median(
+            noop / mine for mine, noop in zip(cpu[sink], cpu["noop"], strict=True)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
