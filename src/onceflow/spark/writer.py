@@ -93,7 +93,6 @@ from onceflow.spark.batch_commit import (
     Atomicity,
     Decision,
     DecisionLog,
-    ParticipantRows,
     choose_atomicity,
     complete_all,
     not_open,
@@ -582,7 +581,7 @@ def _producer_config(config: SinkConfig, txn_id: str, errors: list[KafkaError]) 
 
 
 def _produce_all(
-    producer: Producer | ParticipantRows, config: SinkConfig, batches: Iterable[pa.RecordBatch]
+    producer: Producer, config: SinkConfig, batches: Iterable[pa.RecordBatch]
 ) -> tuple[int, set[str]]:
     """Produce every row. Columns are converted with one to_pylist() each, not row by row;
     the common row (no partition, no headers) is one positional produce() call."""
