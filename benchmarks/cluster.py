@@ -52,11 +52,12 @@ from onceflow.bench import (
     BenchError,
     Failures,
     kafka_reason,
+    pair_figures,
     percentile,
     produce,
     produce_transactional,
     producer_config,
-    roundtrip_run,
+    roundtrip_pair,
     send,
     transactional_producer,
 )
@@ -296,16 +297,12 @@ def produce_group(cluster: BenchCluster, messages: int, runs: ClusterRuns, index
 
 def roundtrip(
     cluster: BenchCluster, rate: int, warmup_seconds: float, seconds: float
-) -> list[float]:
-    """The consume-transform-produce round trips (seconds) through two new RF=3 topics."""
-    name = f"cluster-ctp-{uuid.uuid4().hex[:8]}"
-    source, sink = f"{name}-in", f"{name}-out"
-    for topic in (source, sink):
-        cluster.create_topic(topic, BROKERS)
-    return roundtrip_run(
+) -> dict[str, list[float]]:
+    """The consume-transform-produce round trips (seconds) of the plain and of the
+    transactional copier, each through two new RF=3 topics."""
+    return roundtrip_pair(
         cluster.bootstrap,
-        source,
-        sink,
+        lambda topic: cluster.create_topic(topic, BROKERS),
         rate=rate,
         warmup_seconds=warmup_seconds,
         seconds=seconds,
@@ -458,7 +455,8 @@ class ClusterRuns:
     rf3_seconds: list[float] = field(default_factory=list)  # idempotent
     rf1_seconds: list[float] = field(default_factory=list)
     txn_rf3_seconds: list[float] = field(default_factory=list)
-    ctp_roundtrips: list[float] = field(default_factory=list)
+    ctp_roundtrips: list[float] = field(default_factory=list)  # transactional
+    ctp_plain_roundtrips: list[float] = field(default_factory=list)
     steady_gaps: list[float] = field(default_factory=list)
     kill_failovers: list[float] = field(default_factory=list)
     kill_elections: list[float] = field(default_factory=list)  # kill to a new leader named
@@ -489,7 +487,8 @@ def cluster_runs(
     cluster = BenchCluster(BROKERS, {"zookeeper.session.timeout.ms": str(session_timeout_ms)})
     try:
         cluster.start()
-        runs.ctp_roundtrips = roundtrip(cluster, ctp_rate, ctp_warmup_seconds, ctp_seconds)
+        pair = roundtrip(cluster, ctp_rate, ctp_warmup_seconds, ctp_seconds)
+        runs.ctp_roundtrips, runs.ctp_plain_roundtrips = pair["txn"], pair["plain"]
         for index in range(groups):  # interleaved, so drift touches each run alike
             produce_group(cluster, messages, runs, index)
         topic = f"cluster-failover-{uuid.uuid4().hex[:8]}"
@@ -536,6 +535,9 @@ def figures(runs: ClusterRuns, messages: int, session_timeout_ms: int) -> dict[s
     ordered = sorted(runs.ctp_roundtrips)
     out["cluster_ctp_roundtrip_p50_ms"] = percentile(ordered, 0.50) * 1000
     out["cluster_ctp_roundtrip_p99_ms"] = percentile(ordered, 0.99) * 1000
+    if runs.ctp_plain_roundtrips:
+        pair = {"plain": runs.ctp_plain_roundtrips, "txn": runs.ctp_roundtrips}
+        out.update(pair_figures(pair, "cluster_ctp"))
     out["cluster_zookeeper_session_timeout_s"] = session_timeout_ms / 1000
     if runs.kill_failovers:
         out["cluster_failover_kill9_p50_s"] = statistics.median(runs.kill_failovers)

@@ -26,11 +26,14 @@ from benchmarks.common import BROKER_SRC_ENV, OnceflowBroker, mock_cluster
 from onceflow.bench import (
     KIB,
     consume,
+    create_topic,
     figure_table,
     latency,
     medians,
+    pair_figures,
     produce,
     produce_transactional,
+    roundtrip_pair,
     transactional_producer,
 )
 
@@ -202,13 +205,23 @@ def security_section(plan: Plan, out: dict[str, float]) -> None:
 
 
 def latencies(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:
-    """Figure 4."""
+    """Figure 4, and the consume-transform-produce round trip of the transactional copier
+    against the plain one (idempotent, asynchronous offset commits) on this broker."""
     for mode in latency.MODES:
         runs = [
             latency.latency_run(broker.bootstrap, mode, plan.latency_rate, plan.latency_seconds)
             for _ in range(plan.repeat)
         ]
         out.update(medians(runs))
+    pair = roundtrip_pair(
+        broker.bootstrap,
+        lambda topic: create_topic(broker.bootstrap, topic),
+        rate=plan.cluster_ctp_rate,
+        warmup_seconds=plan.cluster_ctp_warmup_seconds,
+        seconds=plan.cluster_ctp_seconds,
+        prefix="bench-",
+    )
+    out.update(pair_figures(pair, "ctp"))
 
 
 def scale(plan: Plan, broker: OnceflowBroker, out: dict[str, float]) -> None:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.produce.v8 import request as produce_v8
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -25,7 +25,7 @@ from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from onceflow.protocol.codec import build
+from onceflow.protocol.codec import build, response_type
 
 __all__ = ["RawConnection", "encode_entity", "fetch_request", "produce_request", "request_frame"]
 
@@ -133,7 +133,7 @@ class RawConnection:
         (got,) = struct.unpack_from(">i", frame, 0)
         assert got == correlation_id, f"correlation id {got}, expected {correlation_id}"
         pos = 4
-        cls = load_response_schema(api_key, api_version)
+        cls = response_type(api_key, api_version)  # Onceflow's own APIs too
         if cls.__flexible__ and api_key != 18:  # ApiVersions answers with header v0
             pos += 1  # empty tagged fields of response header v1
         body, size = entity_reader(cls)(frame, pos)

@@ -22,6 +22,8 @@ from onceflow.cli.main import main
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.onceflow_apis import CompleteTransactionsRequest
+from onceflow.protocol.onceflow_apis import PreparedTransaction as PreparedTransactionEntry
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import consumer
 from tests.helpers.secure import SecureBroker, start_secure_broker
@@ -340,3 +342,38 @@ def test_enable2pc_needs_two_phase_commit_besides_write_on_the_transactional_id(
     assert "Removed 1 ACL matching" in removed
     with as_user(secure, "bob") as conn:
         assert init_2pc(conn, "bob-all").error_code == ErrorCode.none
+
+
+def complete_transactions(conn: RawConnection, txn_ids: list[str]) -> dict[str, ErrorCode]:
+    """CompleteTransactions (Onceflow's own API) commit of `txn_ids` (producer 0 epoch 0)."""
+    request = CompleteTransactionsRequest(
+        committed=True,
+        transactions=tuple(
+            PreparedTransactionEntry(transactional_id=t, producer_id=0, producer_epoch=0)
+            for t in txn_ids
+        ),
+    )
+    answer = conn.call(request)
+    assert answer.error_code == ErrorCode.none, ErrorCode(answer.error_code)
+    return {t.transactional_id: ErrorCode(t.error_code) for t in answer.transactions}
+
+
+def test_complete_transactions_needs_both_operations_on_every_id(
+    capsys: pytest.CaptureFixture[str], secure: SecureBroker, tmp_path: Path
+) -> None:
+    """One id without TWO_PHASE_COMMIT refuses the whole decision, naming it; the others
+    are not attempted."""
+    for txn_id, operations in (("ct-write", ["Write"]), ("ct-both", ["Write", "TwoPhaseCommit"])):
+        for operation in operations:
+            grant = ["--add", "--allow-principal", ALICE, "--transactional-id", txn_id]
+            acls(capsys, secure, tmp_path, *grant, "--operation", operation)
+    with as_user(secure, "alice") as conn:
+        answers = complete_transactions(conn, ["ct-write", "ct-both"])
+        assert answers == {
+            "ct-write": ErrorCode.transactional_id_authorization_failed,
+            "ct-both": ErrorCode.operation_not_attempted,
+        }
+        # With both operations the request reaches the coordinator, which finds no
+        # prepared transaction of that producer: refused as not open, nothing done.
+        alone = complete_transactions(conn, ["ct-both"])
+        assert alone == {"ct-both": ErrorCode.invalid_txn_state}

@@ -45,3 +45,11 @@ def test_pipeline_is_exactly_once_across_two_driver_kills(tmp_path: Path) -> Non
     assert "SIGKILLed the driver in the middle of micro-batch" in done.stdout
     assert done.stdout.count("restarted the job from its checkpoints") == 2
     assert "overall" in done.stdout and "PASS" in done.stdout.split("overall", 1)[1]
+    # The sink committed per micro-batch, and a reader never saw part of one.
+    rows = {
+        line.rsplit(None, 3)[0].strip(): line.split()[-3:]
+        for line in done.stdout.splitlines()
+        if line.endswith((" ok", " FAIL"))
+    }
+    assert rows["clean sink commits per micro-batch"] == ["yes", "yes", "ok"], rows
+    assert rows["micro-batches seen in part by a reader"] == ["0", "0", "ok"], rows

@@ -33,7 +33,9 @@ from pyspark.errors import AnalysisException, PythonException, StreamingQueryExc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from onceflow.cli.main import main as cli_main
 from onceflow.spark import KafkaAccessError
+from onceflow.spark.batch_commit import read_decision
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, LEDGER_GROUP_PREFIX, Ledger
 from onceflow.spark.options import REDACTED, parse_source_options
 from onceflow.spark.reader import READER_GROUP_ID
@@ -42,6 +44,7 @@ from tests.helpers.clients import QUIET_LOGGER
 from tests.helpers.secure import ADMIN, SecureBroker, add_scram_user, admin, allow
 from tests.helpers.secure import start_secure_broker as start_broker
 from tests.helpers.txn import wait_for
+from tests.integration.test_cli_security import admin_config
 
 QUERY_TIMEOUT_S = 120
 SPARK_ERRORS = (AnalysisException, PythonException)  # failed planning, failed task
@@ -77,20 +80,41 @@ def pipeline_acls(p: Pipeline) -> list[tuple[str, str, tuple[str, ...], str]]:
     ]
 
 
+def batch_acls(p: Pipeline) -> list[tuple[str, str, tuple[str, ...], str]]:
+    """What per-batch atomicity adds: TWO_PHASE_COMMIT on the tasks' ids and on the probe
+    id, the decision log's group, and DESCRIBE on __transaction_state (its partition count
+    colocates the tasks' ids for a completion in one request)."""
+    return [
+        *pipeline_acls(p),
+        ("TRANSACTIONAL_ID", f"{p.sink_id}-", ("TwoPhaseCommit",), "PREFIXED"),
+        (
+            "TRANSACTIONAL_ID",
+            f"onceflow-sink-probe-{p.sink_id}",
+            ("Write", "TwoPhaseCommit"),
+            "LITERAL",
+        ),
+        ("GROUP", f"{LEDGER_GROUP_PREFIX}decisions-{p.sink_id}", ("READ",), "LITERAL"),
+        ("TOPIC", "__transaction_state", ("DESCRIBE",), "LITERAL"),
+    ]
+
+
 PIPELINE = Pipeline("etl-in", "etl-out", "etl-sink")
+BATCH = Pipeline("batch-in", "batch-out", "batch-sink")
 NO_TXN = Pipeline("no-txn-in", "no-txn-out", "no-txn-sink")
 PEEKED = "peeked"  # "peeker" may describe it, "outsider" nothing
 
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    broker = start_broker(tmp_path_factory.mktemp("spark-secure"))
+    broker = start_broker(
+        tmp_path_factory.mktemp("spark-secure"), {"transaction.two.phase.commit.enable": "true"}
+    )
     try:
         topics = (
             [NewTopic(DEFAULT_LEDGER_TOPIC, 1)]
             + [
                 NewTopic(name, PARTITIONS)
-                for p in (PIPELINE, NO_TXN)
+                for p in (PIPELINE, NO_TXN, BATCH)
                 for name in (p.input, p.output)
             ]
             + [NewTopic(PEEKED, PARTITIONS)]
@@ -102,6 +126,11 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
             add_scram_user(broker, user, password)
         for resource, name, ops, pattern in pipeline_acls(PIPELINE):
             allow(broker, "User:etl", resource, name, ops, pattern)
+        for resource, name, ops, pattern in batch_acls(BATCH):
+            if "TwoPhaseCommit" in ops:  # an operation confluent-kafka does not name
+                allow_with_cli(broker, tmp_path_factory.mktemp("acl"), name, ops, pattern)
+            else:
+                allow(broker, "User:etl", resource, name, ops, pattern)
         for resource, name, ops, pattern in pipeline_acls(NO_TXN):
             if resource != "TRANSACTIONAL_ID":
                 allow(broker, "User:etl-no-txn", resource, name, ops, pattern)
@@ -115,6 +144,18 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         assert not shown, "a password in the broker log"
         errors = broker.process.internal_errors()
         assert not errors, "\n".join(errors[:3])
+
+
+def allow_with_cli(
+    broker: SecureBroker, directory: Path, txn_id: str, operations: tuple[str, ...], pattern: str
+) -> None:
+    """Transactional-id ACLs for User:etl through `onceflow acls`, as the admin."""
+    bootstrap = ["--bootstrap-server", broker.bootstrap("SASL_SSL")]
+    bootstrap += ["--command-config", admin_config(broker, directory)]
+    for operation in operations:
+        argv = ["acls", "--add", "--allow-principal", "User:etl", "--transactional-id", txn_id]
+        argv += ["--resource-pattern-type", pattern.lower(), "--operation", operation]
+        assert cli_main([*argv, *bootstrap]) == 0
 
 
 def spark_options(broker: SecureBroker, user: str, password: str | None = None) -> dict[str, str]:
@@ -175,7 +216,11 @@ def committed_output(broker: SecureBroker, topic: str) -> list[bytes]:
 
 
 def start_pipeline(
-    spark: SparkSession, options: dict[str, str], p: Pipeline, checkpoint: Path
+    spark: SparkSession,
+    options: dict[str, str],
+    p: Pipeline,
+    checkpoint: Path,
+    atomicity: str = "task",
 ) -> Any:
     """Read read_committed, transform, write transactionally: several micro-batches."""
     source = (
@@ -192,6 +237,7 @@ def start_pipeline(
         .options(**options)
         .option("topic", p.output)
         .option("sinkId", p.sink_id)
+        .option("atomicity", atomicity)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -225,6 +271,32 @@ def test_exactly_once_pipeline_over_sasl_ssl_with_scram_and_minimal_acls(
     shown = json.dumps(q.recentProgress, default=str) + capsys.readouterr().out
     assert "MicroBatchScan" in shown
     assert PASSWORDS["etl"] not in shown
+
+
+def test_per_batch_atomicity_over_sasl_ssl_with_its_acls(
+    spark: SparkSession, secure: SecureBroker, tmp_path: Path
+) -> None:
+    """The participant client of per-batch atomicity speaks the sink's SASL_SSL settings;
+    with the ACLs `batch_acls` lists, every micro-batch is decided and completed at once."""
+    committed = load_input(secure, BATCH.input)
+    options = spark_options(secure, "etl")
+    q = start_pipeline(spark, options, BATCH, tmp_path / "checkpoint", atomicity="batch")
+    try:
+        assert q.awaitTermination(QUERY_TIMEOUT_S), "the availableNow query did not finish"
+    finally:
+        q.stop()
+    assert q.exception() is None
+    got = committed_output(secure, BATCH.output)
+    assert sorted(got) == sorted(v + b"!" for v in committed)  # once each, nothing aborted
+    last = read_decision(
+        {k.removeprefix("kafka."): v for k, v in options.items()},
+        DEFAULT_LEDGER_TOPIC,
+        BATCH.sink_id,
+        TIMEOUT_S,
+    )
+    assert last is not None and last.colocated is not None  # decided, completed at once
+    assert last.batch_id == max(p["batchId"] for p in q.recentProgress if p["numInputRows"])
+    assert "Principal = User:etl is Denied" not in secure.process.log
 
 
 def test_without_write_on_the_transactional_id_the_query_fails_clearly(

@@ -1,9 +1,7 @@
 """Per-batch atomicity inside Spark: the option's default and refusal, and a streaming query
-watched by a read_committed observer polling throughout. The driver commits the tasks'
-prepared transactions one EndTxn after another, so a reader may catch the batch being
-completed with some of its tasks visible (the README says so); what must hold is that no
-other batch is ever seen in part, that one is whole by the next look after its commit,
-and that every row is there once."""
+watched by a read_committed observer polling throughout: the driver completes the tasks'
+prepared transactions in one CompleteTransactions request, so at every look of the
+observer each micro-batch is there whole or not at all, and every row is there once."""
 
 from __future__ import annotations
 
@@ -101,11 +99,12 @@ class Observer(threading.Thread):
 
 
 def check_looks(observer: Observer, batches: int, rows: int) -> None:
-    """At each look, every batch but the newest is whole; the last look sees all whole."""
+    """At each look (the observer caught up with the last stable offset), every batch is
+    whole, none seen in part; the last look sees them all."""
     assert observer.looks[-1] == [rows] * batches
     for look in observer.looks:
-        assert all(n == rows for n in look[:-1]), f"a batch seen in part: {look}"
         assert all(n <= rows for n in look), f"a row seen twice: {look}"
+        assert all(n == rows for n in look), f"a batch seen in part: {look}"
 
 
 def test_a_reader_sees_each_micro_batch_whole_or_not_at_all(

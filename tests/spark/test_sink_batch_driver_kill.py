@@ -1,9 +1,9 @@
 """Per-batch atomicity with the Spark driver really killed inside the sink's commit of
-micro-batch 1, after the tasks prepared and before the decision, or between two
-completions: the Python worker running the commit SIGKILLs the driver's JVM, then itself
-(so Spark never gets to call the sink's abort). The query then restarts from its
-checkpoint. A read_committed observer polls throughout: no batch but the
-one being completed is ever seen in part, and every row is there once at the end."""
+micro-batch 1: after the tasks prepared and before the decision, after the decision and
+before the completion, and after the completion (one request). The Python worker running
+the commit SIGKILLs the driver's JVM, then itself (so Spark never gets to call the sink's
+abort). The query then restarts from its checkpoint. A read_committed observer polls
+throughout: no batch is ever seen in part, and every row is there once at the end."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def run_driver(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("step", ["prepared", "completed"])
+@pytest.mark.parametrize("step", ["prepared", "decided", "completed"])
 def test_driver_killed_in_the_commit_then_restarted(
     two_pc_broker: BrokerProcess, tmp_path: Path, step: str
 ) -> None:

@@ -3,17 +3,22 @@ commit: the driver dies after the tasks prepared and before the decision, after 
 decision, and between two completions; a new writer then does what Spark does on restart
 (runs the batch's tasks again and commits). Each time: no row twice, none lost, nothing of
 the batch visible before its completion starts (then whole tasks only), and nothing of an
-aborted batch ever."""
+aborted batch ever. Each test runs with the completion in one CompleteTransactions request
+(the tasks' ids colocated, Onceflow's default) and one by one (a broker with only Kafka's
+KIP-939)."""
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from onceflow.client.participant_group import transaction_log_partition_count
+from onceflow.spark.batch_commit import DecisionTooLarge
 from onceflow.spark.writer import (
     SinkColumns,
     SinkCommitMessage,
@@ -30,6 +35,14 @@ from tests.helpers.txn import end_offsets, read_records, wait_stable
 
 TASKS = 2
 ROWS = 40
+
+
+@pytest.fixture(params=["together", "one-by-one"])
+def colocated(request: pytest.FixtureRequest, two_pc_broker: BrokerProcess) -> int | None:
+    """How the driver completes: the partition count the ids are colocated with, or None."""
+    if request.param == "one-by-one":
+        return None
+    return transaction_log_partition_count(two_pc_broker.bootstrap)
 
 
 class DriverDied(Exception):
@@ -80,7 +93,7 @@ def die_at(step: str, nth: int = 1) -> Callable[[str], None]:
     ids=["before-decision", "after-decision", "between-completions"],
 )
 def test_driver_dies_and_the_replayed_batch_finishes_the_job(
-    two_pc_broker: BrokerProcess, step: str
+    two_pc_broker: BrokerProcess, step: str, colocated: int | None
 ) -> None:
     bootstrap = two_pc_broker.bootstrap
     topic = create_topic(bootstrap, partitions=3)
@@ -90,6 +103,7 @@ def test_driver_dies_and_the_replayed_batch_finishes_the_job(
         topic=topic,
         sink_id=f"sink-{uuid.uuid4().hex[:8]}",
         atomicity="batch",
+        colocated=colocated,
     )
     commit_batch(config, run_tasks(config, 0, 0), 0)  # batch 0 commits normally
 
@@ -99,10 +113,13 @@ def test_driver_dies_and_the_replayed_batch_finishes_the_job(
         with pytest.raises(DriverDied):
             commit_batch(config, messages, 1, die_at(step))
     seen = Counter(visible(bootstrap, topic))
-    if step == "completed":
-        # The first task's transaction is committed (whole), the other is still prepared:
-        # the window the README describes, until the restart completes the rest.
+    if step == "completed" and colocated is None:
+        # One by one: the first task's transaction is committed (whole), the other is
+        # still prepared, until the restart completes the rest (the README says so).
         assert seen == Counter(batch_rows(0) + rows(1, 0))
+    elif step == "completed":
+        # Together: the batch is whole, or its markers are not in yet; never in part.
+        assert seen in (Counter(batch_rows(0)), Counter(batch_rows(0) + batch_rows(1)))
     else:
         assert seen == Counter(batch_rows(0))
 
@@ -119,7 +136,7 @@ def test_driver_dies_and_the_replayed_batch_finishes_the_job(
 
 
 def test_an_aborted_batch_shows_nothing_and_is_written_again(
-    two_pc_broker: BrokerProcess,
+    two_pc_broker: BrokerProcess, colocated: int | None
 ) -> None:
     bootstrap = two_pc_broker.bootstrap
     topic = create_topic(bootstrap, partitions=3)
@@ -129,6 +146,7 @@ def test_an_aborted_batch_shows_nothing_and_is_written_again(
         topic=topic,
         sink_id=f"sink-{uuid.uuid4().hex[:8]}",
         atomicity="batch",
+        colocated=colocated,
     )
     abort_batch(config, run_tasks(config, 0, 0))
     wait_stable(bootstrap, topic, range(3))
@@ -139,7 +157,7 @@ def test_an_aborted_batch_shows_nothing_and_is_written_again(
 
 
 def test_a_chosen_attempt_aborted_by_a_speculative_one_aborts_the_batch_whole(
-    two_pc_broker: BrokerProcess,
+    two_pc_broker: BrokerProcess, colocated: int | None
 ) -> None:
     """Spark chose attempt 0 of task 0, but a speculative attempt 1 inited after attempt 0
     prepared, which aborted it. The driver finds out before deciding: it aborts the batch
@@ -152,13 +170,14 @@ def test_a_chosen_attempt_aborted_by_a_speculative_one_aborts_the_batch_whole(
         topic=topic,
         sink_id=f"sink-{uuid.uuid4().hex[:8]}",
         atomicity="batch",
+        colocated=colocated,
     )
     chosen = run_tasks(config, 0, 0)
     assert config.sink_id is not None
     rb = pa.RecordBatch.from_pydict({"value": pa.array(rows(0, 0), pa.binary())})
     speculative = write_task(config, SinkTask(config.sink_id, 0, 0, 1, "q"), [rb])
     assert speculative.prepared and speculative.prepared != chosen[0].prepared
-    with pytest.raises(SinkWriteError, match="aborted before the decision"):
+    with pytest.raises(SinkWriteError, match="speculative"):
         commit_batch(config, chosen, 0)
     # The speculative attempt's transaction is still prepared: the replay's init aborts it.
     assert visible(bootstrap, topic) == []
@@ -169,7 +188,7 @@ def test_a_chosen_attempt_aborted_by_a_speculative_one_aborts_the_batch_whole(
 
 
 def test_spark_aborting_after_a_failed_commit_keeps_a_decided_batch(
-    two_pc_broker: BrokerProcess,
+    two_pc_broker: BrokerProcess, colocated: int | None
 ) -> None:
     """When the commit fails (here between two completions) Spark calls abort with the same
     messages; the batch was decided, so abort must not abort what is left of it."""
@@ -181,6 +200,7 @@ def test_spark_aborting_after_a_failed_commit_keeps_a_decided_batch(
         topic=topic,
         sink_id=f"sink-{uuid.uuid4().hex[:8]}",
         atomicity="batch",
+        colocated=colocated,
     )
     messages = run_tasks(config, 0, 0)
     with pytest.raises(DriverDied):
@@ -189,3 +209,25 @@ def test_spark_aborting_after_a_failed_commit_keeps_a_decided_batch(
     commit_batch(config, run_tasks(config, 0, 1), 0)  # the replay
     wait_stable(bootstrap, topic, range(3))
     assert Counter(visible(bootstrap, topic)) == Counter(batch_rows(0))
+
+
+def test_a_decision_longer_than_the_brokers_limit_decides_nothing(tmp_path: Path) -> None:
+    """The decision is an offset's metadata, at most `offset.metadata.max.bytes`: beyond
+    it the commit fails naming the setting, and Spark's abort then aborts the batch."""
+    overrides = {"transaction.two.phase.commit.enable": "true", "offset.metadata.max.bytes": "40"}
+    with BrokerProcess(tmp_path / "data", overrides) as broker:
+        topic = create_topic(broker.bootstrap, partitions=3)
+        config = SinkConfig(
+            client_config={"bootstrap.servers": broker.bootstrap},
+            columns=SinkColumns(value="value"),
+            topic=topic,
+            sink_id=f"sink-{uuid.uuid4().hex[:8]}",
+            atomicity="batch",
+            colocated=transaction_log_partition_count(broker.bootstrap),
+        )
+        messages = run_tasks(config, 0, 0)
+        with pytest.raises(DecisionTooLarge, match=r"offset\.metadata\.max\.bytes"):
+            commit_batch(config, messages, 0)
+        abort_batch(config, messages)
+        wait_stable(broker.bootstrap, topic, range(3))
+        assert visible(broker.bootstrap, topic) == []

@@ -250,7 +250,8 @@ def test_kafka_configs_add_config_syntax() -> None:
         ),
         (
             ["configs", "--describe"],
-            "onceflow configs: error: give --entity-type topics|brokers (or --topic, --broker)",
+            "onceflow configs: error: give --entity-type topics|brokers|users|clients (or --topic, "
+            "--broker, --client)",
         ),
         (
             ["configs", "--topic", "t", "--alter"],
@@ -258,8 +259,9 @@ def test_kafka_configs_add_config_syntax() -> None:
             "--delete-config",
         ),
         (
-            ["configs", "--describe", "--client", "c"],
-            "onceflow: error: --client is a kafka-configs.sh option Onceflow does not support",
+            ["configs", "--describe", "--client-metrics", "c"],
+            "onceflow: error: --client-metrics is a kafka-configs.sh option Onceflow does not "
+            "support",
         ),
     ],
 )

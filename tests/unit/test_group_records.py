@@ -19,10 +19,10 @@ from onceflow.coordinator.group.offsets import (
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    java_string_hash,
     partition_for,
 )
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.coordinator_key import java_string_hash
 
 # Computed with a JVM: String.hashCode() and abs(hash) % 50 as Kafka's partitionFor does.
 JAVA_HASHES = [

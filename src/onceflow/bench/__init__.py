@@ -7,7 +7,7 @@ broker's internals (an import-linter contract in pyproject.toml keeps it so).
 """
 
 from onceflow.bench.latency import MODES, latency_run, percentile
-from onceflow.bench.roundtrip import roundtrip_run
+from onceflow.bench.roundtrip import pair_figures, roundtrip_pair, roundtrip_run
 from onceflow.bench.stats import figure_table, median_of, medians
 from onceflow.bench.workloads import (
     COMMIT_INTERVAL_S,
@@ -41,10 +41,12 @@ __all__ = [
     "latency_run",
     "median_of",
     "medians",
+    "pair_figures",
     "percentile",
     "produce",
     "produce_transactional",
     "producer_config",
+    "roundtrip_pair",
     "roundtrip_run",
     "send",
     "transactional_producer",

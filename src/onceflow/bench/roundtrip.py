@@ -17,10 +17,12 @@ not saturation:
 
 So a round trip holds the input's replication, the copier's fetch, its transaction (the
 offsets, the commit, the markers on `sink` and on the group's offsets partition) and the
-output becoming visible to read_committed. Records due in the first `warmup_seconds`
-(connections, coordinator look-ups, the first transactions) are not counted; the group has
-joined and the reader is polling before the first record is due. The three clients are
-threads of this process, so they share one clock.
+output becoming visible to read_committed. With `transactional=False` the copier is the
+same loop without exactly-once, the reference the transactional one is held against: an
+idempotent producer and an asynchronous offset commit after each poll batch. Records due
+in the first `warmup_seconds` (connections, coordinator look-ups, the first transactions)
+are not counted; the group has joined and the reader is polling before the first record is
+due. The three clients are threads of this process, so they share one clock.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from onceflow.bench.workloads import (
     send,
 )
 
-__all__ = ["roundtrip_run"]
+__all__ = ["pair_figures", "roundtrip_pair", "roundtrip_run"]
 
 VALUE_BYTES = 100
 HEADER = struct.Struct(">dq")  # due time (time.perf_counter()), sequence number
@@ -110,18 +112,24 @@ class Worker:
 
 class Copier:
     """`source` to `sink`, transformed, one transaction per poll batch that also commits the
-    group's offsets: each input record is in the output once, or its transaction aborts."""
+    group's offsets: each input record is in the output once, or its transaction aborts.
+    Not `transactional`: idempotent writes and an asynchronous offset commit per batch."""
 
-    def __init__(self, bootstrap: Endpoint, source: str, sink: str, prefix: str) -> None:
+    def __init__(
+        self, bootstrap: Endpoint, source: str, sink: str, prefix: str, transactional: bool
+    ) -> None:
         self.sink = sink
+        self.transactional = transactional
         self.assigned = threading.Event()
         self.stop = threading.Event()
         self.report = Failures()
         name = f"{prefix}ctp-{uuid.uuid4().hex[:8]}"
-        self.producer = Producer(
-            producer_config(bootstrap, {"transactional.id": name, "linger.ms": 1})
-        )
-        self.producer.init_transactions(WAIT_S)
+        extra: dict[str, object] = {"linger.ms": 1}
+        if transactional:
+            extra["transactional.id"] = name
+        self.producer = Producer(producer_config(bootstrap, extra))
+        if transactional:
+            self.producer.init_transactions(WAIT_S)
         self.consumer = Consumer(consumer_config(bootstrap, name))
         self.consumer.subscribe([source], on_assign=lambda _c, _p: self.assigned.set())
 
@@ -134,6 +142,13 @@ class Copier:
 
     def copy(self, batch: list[Message]) -> None:
         if not batch:
+            return
+        if not self.transactional:
+            for message in batch:
+                send(self.producer, self.sink, transform(message.value() or b""), self.report, 0)
+            self.producer.poll(0)
+            self.consumer.commit(asynchronous=True)
+            self.report.check()
             return
         self.producer.begin_transaction()
         for message in batch:
@@ -219,13 +234,14 @@ def roundtrip_run(
     warmup_seconds: float,
     seconds: float,
     prefix: str = "",
+    transactional: bool = True,
 ) -> list[float]:
     """The round trips, in seconds, of the records due in the last `seconds` of a run of
     `warmup_seconds + seconds` at `rate` records/s. `source` and `sink` are new, empty
     one-partition topics (the caller picks their replication); the copier's group and
     transactional id start with `prefix`."""
     total = int(rate * (warmup_seconds + seconds))
-    copier = Copier(bootstrap, source, sink, prefix)
+    copier = Copier(bootstrap, source, sink, prefix, transactional)
     reader = Reader(bootstrap, sink, total, int(rate * warmup_seconds))
     copying = Worker(copier.run)
     reading = Worker(reader.run)
@@ -247,3 +263,46 @@ def roundtrip_run(
     if reader.duplicates:
         raise BenchError(f"{reader.duplicates} records read twice from {sink}")
     return reader.roundtrips
+
+
+def roundtrip_pair(
+    bootstrap: Endpoint,
+    new_topic: Callable[[str], None],
+    *,
+    rate: int,
+    warmup_seconds: float,
+    seconds: float,
+    prefix: str = "",
+) -> dict[str, list[float]]:
+    """The round trips of the plain copier, then of the transactional one, each through two
+    topics `new_topic` creates, keyed "plain" and "txn"."""
+    out: dict[str, list[float]] = {}
+    for mode in ("plain", "txn"):
+        name = f"{prefix}ctp-{mode}-{uuid.uuid4().hex[:8]}"
+        source, sink = f"{name}-in", f"{name}-out"
+        new_topic(source)
+        new_topic(sink)
+        out[mode] = roundtrip_run(
+            bootstrap,
+            source,
+            sink,
+            rate=rate,
+            warmup_seconds=warmup_seconds,
+            seconds=seconds,
+            prefix=prefix,
+            transactional=mode == "txn",
+        )
+    return out
+
+
+def pair_figures(pair: dict[str, list[float]], name: str) -> dict[str, float]:
+    """p50 and p99 of each copier in ms, and the ratio of the p50s (transactional/plain)."""
+    out: dict[str, float] = {}
+    for mode, trips in pair.items():
+        ordered = sorted(trips)
+        out[f"{name}_{mode}_p50_ms"] = ordered[len(ordered) // 2] * 1000
+        out[f"{name}_{mode}_p99_ms"] = (
+            ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+        )
+    out[f"{name}_txn_to_plain_p50_ratio"] = out[f"{name}_txn_p50_ms"] / out[f"{name}_plain_p50_ms"]
+    return out

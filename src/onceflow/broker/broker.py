@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.purgatory import FetchPurgatory
+from onceflow.broker.quota_metrics import QuotaCollector
+from onceflow.broker.quota_store import LocalQuotaStore
+from onceflow.broker.quotas import ClientQuotas
 from onceflow.broker.security import LocalSecurityStore, SecurityState, inter_broker_security
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
@@ -90,6 +93,13 @@ class Broker:
             LocalDynamicConfigStore(self.fs, self.log_dir),
             on_change=self._config_changed,
         )
+        # Client quotas (AlterClientQuotas), in a file here; in ZooKeeper on a cluster.
+        self.client_quotas = ClientQuotas(
+            LocalQuotaStore(self.fs, self.log_dir),
+            self.clock,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+        )
         # ACLs and SCRAM credentials; its authorizer is None unless authorizer.class.name
         # is set (then every request is authorized).
         self.security = SecurityState(config, LocalSecurityStore(self.fs, self.log_dir))
@@ -99,6 +109,8 @@ class Broker:
         )
         # Prometheus metrics (onceflow.metrics.listener); None: off, and nothing counted.
         self.metrics = BrokerMetrics(self) if config.onceflow_metrics_listener else None
+        if self.metrics is not None:
+            self.metrics.registry.register(QuotaCollector(self.client_quotas))
         self.purgatory = FetchPurgatory()
         # Followers' fetches wait for appends, not for the high watermark.
         self.replica_purgatory = FetchPurgatory()
@@ -155,6 +167,7 @@ class Broker:
                 producer_ids=self.producer_ids,
                 security=self.security,
                 dynamic_config=self.dynamic_config,
+                client_quotas=self.client_quotas,
                 inter_broker_security=self.inter_broker_security,
                 validate_configs=self.log_config,
             )
@@ -197,6 +210,7 @@ class Broker:
 
     async def start(self) -> None:
         self.topology.open()
+        self.client_quotas.load()  # a cluster's come from ZooKeeper when it joins
         self.logs.load()
         self.disk.refresh(force=True)
         self.cluster_id = await self.topology.join()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from kio.index import load_payload_module
@@ -25,6 +26,7 @@ from kio.static.constants import EntityType
 from onceflow.client.aio import AsyncConnection
 from onceflow.client.errors import Unreachable
 from onceflow.cluster.metadata import MetadataCache
+from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
@@ -135,30 +137,32 @@ class InterBroker:
         return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     async def write(
-        self,
-        leader: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        partitions: list[tuple[str, int]],
+        self, leader: int, coordinator_epoch: int, markers: Sequence[TxnMarker]
     ) -> None:
+        """One WriteTxnMarkers request for every marker to write on `leader`: its handler
+        appends them all in one step."""
         module = load_payload_module(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, EntityType.request)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, index in partitions:
-            by_topic[topic].append(index)
-        marker = build(
-            module.WritableTxnMarker,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transaction_result=commit,
-            topics=tuple(
-                build(module.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
-                for t, ps in sorted(by_topic.items())
-            ),
-            coordinator_epoch=coordinator_epoch,
+        entities = []
+        for marker in markers:
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for topic, index in sorted(marker.partitions):
+                by_topic[topic].append(index)
+            entities.append(
+                build(
+                    module.WritableTxnMarker,
+                    producer_id=marker.producer_id,
+                    producer_epoch=marker.producer_epoch,
+                    transaction_result=marker.commit,
+                    topics=tuple(
+                        build(module.WritableTxnMarkerTopic, name=t, partition_indexes=tuple(ps))
+                        for t, ps in sorted(by_topic.items())
+                    ),
+                    coordinator_epoch=coordinator_epoch,
+                )
+            )
+        request = build(
+            request_type(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION), markers=tuple(entities)
         )
-        request = build(request_type(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION), markers=(marker,))
         response = await self._request(leader, ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, request)
         for result in response.markers:
             for topic in result.topics:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from onceflow.broker.authentication import AuthState, ConnectionAuth, IllegalSaslState
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.responses import Deferred, NoResponse, RawBody
+from onceflow.broker.throttling import apply_quotas, timed
 from onceflow.errors import KafkaError, ProtocolError
 from onceflow.protocol import codec
 from onceflow.protocol.api_versions import ApiKey, is_supported
@@ -135,6 +136,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._in_flight = 0
         self._handling = False
         self._closed = False
+        self._mute_ms = 0  # what the last request's quota check asked for (throttling.py)
 
     @property
     def busy(self) -> bool:
@@ -252,12 +254,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.decoder.recycle(frame)  # decoding copied what the request keeps
             if self._closed:
                 return  # the client is gone; the work is done, the answer has nowhere to go
+            mute, self._mute_ms = self._mute_ms, 0
             if isinstance(result, NoResponse):
                 self._in_flight -= 1
                 if metrics is not None:
                     metrics.request_done(header.api_key, started, None, 0)
-                continue
-            await self._responses.put((header, result, started))
+            else:
+                await self._responses.put((header, result, started))
+            if mute > 0:
+                await self._mute(mute)
+
+    async def _mute(self, ms: int) -> None:
+        """KIP-219: after a throttled response, read no request from the client for the
+        throttle time (its response goes out meanwhile)."""
+        assert self.transport is not None
+        if not self._paused:
+            self.transport.pause_reading()
+            self._paused = True
+        await asyncio.sleep(ms / 1000)
+        if self._paused and not self._closed and self._requests.qsize() < MAX_QUEUED_REQUESTS // 2:
+            self.transport.resume_reading()
+            self._paused = False
 
     async def _handle(self, frame: Frame) -> tuple[codec.RequestHeader, Any]:
         prefix = codec.peek_header(frame)
@@ -283,7 +300,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         auth.check(prefix.api_key)
         header, request = codec.decode_request(frame)
         handler = self.handlers[header.api_key]
-        result = await handler(RequestContext(header, self.broker, auth.session, auth), request)
+        ctx = RequestContext(header, self.broker, auth.session, auth)
+        quotas = self.broker.client_quotas
+        if not quotas.active:
+            return header, await handler(ctx, request)
+        work = timed(handler(ctx, request))  # the handler's own time, not its waits
+        result = await work
+        result, self._mute_ms = apply_quotas(
+            quotas, ctx, request, result, len(frame) + 4, work.seconds
+        )
         return header, result
 
     # ---- response writing ------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig
 from onceflow.broker.purgatory import FetchPurgatory
+from onceflow.broker.quotas import ClientQuotas
 from onceflow.broker.security import SecurityState
 from onceflow.broker.topics import CreatedTopic
 from onceflow.broker.topology.base import PartitionView, Topology
@@ -63,6 +64,8 @@ class BrokerServices(Protocol):
     def authorizer(self) -> Authorizer | None: ...
     @property
     def dynamic_config(self) -> DynamicBrokerConfig: ...
+    @property
+    def client_quotas(self) -> ClientQuotas: ...
     @property
     def producer_ids(self) -> ProducerIdManager: ...
     @property

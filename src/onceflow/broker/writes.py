@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.topics import OFFSETS_TOPIC, TXN_TOPIC
@@ -23,6 +23,7 @@ from onceflow.config import BrokerConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry, decode_entries
 from onceflow.coordinator.transaction.coordinator import TransactionCoordinator
+from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
@@ -122,44 +123,58 @@ class Writes:
         commit: bool,
         partitions: frozenset[TopicPartition],
     ) -> None:
-        """The MarkerWriter of the transaction coordinator: markers of partitions led here
-        are appended directly, the others go to their leaders as WriteTxnMarkers; every
-        marker is durable (replicated, on a cluster) before this returns, else it raises
-        and the coordinator retries."""
-        written: list[tuple[PartitionLog, int]] = []
-        remote: dict[int, list[tuple[str, int]]] = {}
-        for topic, partition in sorted(partitions):
-            if not self.topology.has_partition(topic, partition):
-                continue  # the topic was deleted: nothing left to mark
-            leader = self.topology.partition_view(topic, partition).leader
-            if leader != self.node_id:
-                remote.setdefault(leader, []).append((topic, partition))
-                continue
-            plog = self.topology.leader_log(topic, partition)  # else raise: the coordinator retries
-            try:
-                result = plog.append_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-            except (OutOfSpace, LogOffline):
-                raise  # not written: the coordinator retries until it is
-            except KafkaError as exc:
-                # The partition already moved past this transaction (newer epoch or
-                # coordinator): there is nothing left for this marker to end.
-                log.warning("marker for %s-%d skipped: %s", topic, partition, exc)
-                continue
-            self.appended(plog)
-            written.append((plog, result.last_offset))
+        """The MarkerWriter of the transaction coordinator, for one transaction."""
+        marker = TxnMarker(producer_id, producer_epoch, commit, partitions)
+        await self.write_marker_group((marker,), coordinator_epoch)
+
+    async def write_marker_group(
+        self, markers: Sequence[TxnMarker], coordinator_epoch: int
+    ) -> None:
+        """Markers of one or more transactions decided together: those of partitions led
+        here are all appended in one step (no await between them, so no fetch sees some
+        and not the others), the others go to each leader in one WriteTxnMarkers request
+        (which its handler appends in one step too). Every marker is durable (replicated,
+        on a cluster) before this returns, else it raises and the coordinator retries."""
+        written: list[tuple[PartitionLog, int, int, bool]] = []
+        remote: dict[int, list[TxnMarker]] = {}
+        for marker in markers:
+            away: dict[int, list[TopicPartition]] = {}
+            for topic, partition in sorted(marker.partitions):
+                if not self.topology.has_partition(topic, partition):
+                    continue  # the topic was deleted: nothing left to mark
+                leader = self.topology.partition_view(topic, partition).leader
+                if leader != self.node_id:
+                    away.setdefault(leader, []).append((topic, partition))
+                    continue
+                plog = self.topology.leader_log(topic, partition)  # else raise: retried
+                try:
+                    result = plog.append_marker(
+                        marker.producer_id, marker.producer_epoch, coordinator_epoch, marker.commit
+                    )
+                except (OutOfSpace, LogOffline):
+                    raise  # not written: the coordinator retries until it is
+                except KafkaError as exc:
+                    # The partition already moved past this transaction (newer epoch or
+                    # coordinator): there is nothing left for this marker to end.
+                    log.warning("marker for %s-%d skipped: %s", topic, partition, exc)
+                    continue
+                self.appended(plog)
+                written.append((plog, result.last_offset, marker.producer_id, marker.commit))
+            for leader, targets in away.items():
+                remote.setdefault(leader, []).append(
+                    dataclasses.replace(marker, partitions=frozenset(targets))
+                )
         if remote:
             if written:
                 failpoint("txn.between_markers")
             peers = self.topology.peers
             await asyncio.gather(
                 *(
-                    peers.write(
-                        leader, producer_id, producer_epoch, coordinator_epoch, commit, targets
-                    )
-                    for leader, targets in remote.items()
+                    peers.write(leader, coordinator_epoch, leader_markers)
+                    for leader, leader_markers in remote.items()
                 )
             )
-        for plog, offset in written:
+        for plog, offset, producer_id, commit in written:
             wait = self.acknowledgement(plog, offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
             if wait is not None:
                 await wait

@@ -231,11 +231,29 @@ _REWRITES: dict[str, Callable[[list[str], argparse.ArgumentParser], list[str]]] 
 }
 
 
+_QUOTA_KEYS = (
+    "producer_byte_rate",
+    "consumer_byte_rate",
+    "request_percentage",
+    "controller_mutation_rate",
+)
+_QUOTA_OPTIONS = ("--client", "--client-defaults", "--user-defaults", "--entity-default")
+
+
 def _users_entity(tokens: Sequence[str]) -> bool:
-    pairs = zip(tokens, [*tokens[1:], ""], strict=True)
-    return (
+    """A kafka-configs.sh line about users' SCRAM credentials (the `users` command), not
+    about client quotas (which `configs` serves): no quota key, no client, no default."""
+    pairs = list(zip(tokens, [*tokens[1:], ""], strict=True))
+    users = (
         "--user" in tokens or "--entity-type=users" in tokens or ("--entity-type", "users") in pairs
     )
+    quotas = (
+        any(key in token for token in tokens for key in _QUOTA_KEYS)
+        or any(option in tokens for option in _QUOTA_OPTIONS)
+        or "--entity-type=clients" in tokens
+        or ("--entity-type", "clients") in pairs
+    )
+    return users and not quotas
 
 
 def translate(argv: Sequence[str], commands: dict[str, argparse.ArgumentParser]) -> list[str]:

@@ -2,11 +2,12 @@
 
 `--entity-type topics|brokers` with `--entity-name` (or the shorthands `--topic`,
 `--broker`, `--broker-defaults`), then `--describe [--all]` or `--alter` with
-`--add-config k1=v1,k2=[a,b]`, `--add-config-file FILE` and `--delete-config k1,k2`. Users'
-SCRAM credentials (`--entity-type users`, `--user`) are the `users` command's; the argument
-translation sends such a line there. Through confluent-kafka's AdminClient
-(DescribeConfigs, IncrementalAlterConfigs), so it works against Apache Kafka too; an alter
-is validated by the broker before it is applied, as `topics --alter` does.
+`--add-config k1=v1,k2=[a,b]`, `--add-config-file FILE` and `--delete-config k1,k2`. Client
+quotas (`--entity-type users|clients`) are `quota_configs.py`'s. Users' SCRAM credentials
+are the `users` command's; the argument translation sends such a line there. Through
+confluent-kafka's AdminClient (DescribeConfigs, IncrementalAlterConfigs), so it works
+against Apache Kafka too; an alter is validated by the broker before it is applied, as
+`topics --alter` does.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ from onceflow.cli.admin import connect_admin
 from onceflow.cli.admin_errors import error_text
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import CliError, UsageError, add_bootstrap_option, positive_int
+from onceflow.cli.quota_configs import (
+    QUOTA_ENTITY_TYPES,
+    normalize_quota_entity,
+    run_quota_configs,
+)
 from onceflow.config import ConfigError, read_properties
 
-__all__ = ["parse_add_config", "register"]
+__all__ = ["parse_add_config", "register", "to_set"]
 
 DEFAULT_TIMEOUT_MS = 30_000
 _RESOURCE = {"topics": "topic", "brokers": "broker"}
@@ -37,18 +43,37 @@ _RESOURCE = {"topics": "topic", "brokers": "broker"}
 def register(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "configs",
-        help="describe and alter topic and broker configs (like kafka-configs.sh)",
-        description="Describe or alter config overrides of topics and brokers, as Kafka's "
-        "kafka-configs.sh does. Users' SCRAM credentials: --entity-type users (see users).",
+        help="describe and alter topic and broker configs and client quotas "
+        "(like kafka-configs.sh)",
+        description="Describe or alter config overrides of topics and brokers and the "
+        "quotas of users and client ids, as Kafka's kafka-configs.sh does. Users' SCRAM "
+        "credentials: see users.",
     )
     add_bootstrap_option(parser)
     add_command_config_option(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show the overrides")
     action.add_argument("--alter", action="store_true", help="add or delete overrides")
-    parser.add_argument("--entity-type", choices=sorted(_RESOURCE), help="what to configure")
-    parser.add_argument("--entity-name", metavar="NAME", help="the topic or broker id")
-    parser.add_argument("--entity-default", action="store_true", help="brokers: the defaults")
+    parser.add_argument(
+        "--entity-type",
+        action="append",
+        choices=sorted([*_RESOURCE, *QUOTA_ENTITY_TYPES]),
+        help="what to configure (users and clients may go together)",
+    )
+    parser.add_argument(
+        "--entity-name", action="append", metavar="NAME", help="the topic, broker, user or client"
+    )
+    parser.add_argument(
+        "--entity-default", action="store_true", help="the default broker, user or client"
+    )
+    parser.add_argument("--user", help="= --entity-type users --entity-name USER")
+    parser.add_argument("--client", help="= --entity-type clients --entity-name CLIENT")
+    parser.add_argument(
+        "--user-defaults", action="store_true", help="= --entity-type users --entity-default"
+    )
+    parser.add_argument(
+        "--client-defaults", action="store_true", help="= --entity-type clients --entity-default"
+    )
     parser.add_argument("--topic", help="= --entity-type topics --entity-name TOPIC")
     parser.add_argument("--broker", metavar="ID", help="= --entity-type brokers --entity-name ID")
     parser.add_argument(
@@ -71,6 +96,16 @@ def register(commands: Any) -> None:
 
 def _normalize(args: argparse.Namespace) -> None:
     """The shorthands into --entity-type and --entity-name, checked as Kafka checks them."""
+    types, names = args.entity_type or [], args.entity_name or []
+    args.quota_entity = None
+    quota = args.user is not None or args.client is not None
+    if quota or args.user_defaults or args.client_defaults or set(types) & set(QUOTA_ENTITY_TYPES):
+        normalize_quota_entity(args, types, names)
+        return
+    if len(types) > 1 or len(names) > 1:
+        raise UsageError("give one --entity-type and --entity-name for topics and brokers")
+    args.entity_type = types[0] if types else None
+    args.entity_name = names[0] if names else None
     if args.topic is not None:
         args.entity_type, args.entity_name = args.entity_type or "topics", args.topic
     if args.broker is not None or args.broker_defaults:
@@ -78,7 +113,9 @@ def _normalize(args: argparse.Namespace) -> None:
         args.entity_default = args.entity_default or args.broker_defaults
     args.topic, args.broker, args.broker_defaults = None, None, False  # merged: one request
     if args.entity_type is None:
-        raise UsageError("give --entity-type topics|brokers (or --topic, --broker)")
+        raise UsageError(
+            "give --entity-type topics|brokers|users|clients (or --topic, --broker, --client)"
+        )
     if args.entity_default and args.entity_type != "brokers":
         raise UsageError("--entity-default goes with --entity-type brokers")
     if args.entity_default:
@@ -114,7 +151,7 @@ def _entity(args: argparse.Namespace, name: str) -> str:
     return "default config for brokers in the cluster" if name == "" else f"{kind} {name}"
 
 
-def _to_set(args: argparse.Namespace) -> dict[str, str]:
+def to_set(args: argparse.Namespace) -> dict[str, str]:
     configs = parse_add_config(args.add_config) if args.add_config else {}
     if args.add_config_file:
         try:
@@ -127,7 +164,7 @@ def _to_set(args: argparse.Namespace) -> dict[str, str]:
 def _alter(admin: Any, args: argparse.Namespace) -> None:
     entries = [
         ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
-        for key, value in _to_set(args).items()
+        for key, value in to_set(args).items()
     ] + [
         ConfigEntry(key.strip(), None, incremental_operation=AlterConfigOpType.DELETE)
         for key in (args.delete_config or "").split(",")
@@ -198,6 +235,8 @@ def _describe(admin: Any, args: argparse.Namespace) -> None:
 
 
 def run_configs(args: argparse.Namespace) -> int:
+    if args.quota_entity is not None:
+        return run_quota_configs(args)
     admin = connect_admin(args)
     if args.alter:
         _alter(admin, args)

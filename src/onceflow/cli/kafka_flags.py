@@ -99,14 +99,11 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "configs": {
         "--zookeeper": _ZOOKEEPER,
         "--bootstrap-controller": _ZOOKEEPER,
-        "--client": "",
-        "--client-defaults": "",
         "--ip": "",
         "--ip-defaults": "",
         "--client-metrics": "",
         "--group": "",
         "--broker-logger": "",
-        "--user-defaults": "",
         "--force": "",
     },
     "transactions": {

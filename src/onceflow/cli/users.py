@@ -44,7 +44,8 @@ from onceflow.cli.common import (
 )
 from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.cli.scram_args import ScramUpsertion, mechanism
-from onceflow.client.errors import KafkaApiError
+from onceflow.client.errors import ClientError, KafkaApiError
+from onceflow.client.quota_admin import MATCH_ANY, MATCH_EXACT, describe_client_quotas
 from onceflow.client.security_admin import describe_scram_credentials
 from onceflow.config import ConfigError, read_properties
 
@@ -250,6 +251,7 @@ def _describe(args: argparse.Namespace, users: list[str]) -> int:
     kafka-configs.sh prints them; 1 when a named user has no credentials."""
     with wire_cluster(args) as cluster:
         found = describe_scram_credentials(cluster.bootstrap, users)
+        _print_quotas(cluster.bootstrap, users)
     status = 0
     for user in users or sorted(found):
         credentials = found.get(user, KafkaApiError(0, "not in the broker's answer"))
@@ -261,6 +263,24 @@ def _describe(args: argparse.Namespace, users: list[str]) -> int:
         shown = ", ".join(f"{name}=iterations={n}" for name, n in credentials)
         print(f"SCRAM credential configs for user-principal '{user}' are {shown}")
     return status
+
+
+def _print_quotas(connection: Any, users: list[str]) -> None:
+    """The users' client quotas first, as kafka-configs.sh describes users (a user's
+    quotas per client id are `configs --entity-type users --entity-type clients`)."""
+    filters: list[list[tuple[str, int, str | None]]] = [
+        [("user", MATCH_EXACT, user)] for user in users
+    ] or [[("user", MATCH_ANY, None)]]
+    for components in filters:
+        try:
+            quotas = describe_client_quotas(connection, components, strict=True)
+        except ClientError:
+            return  # a broker without client quotas, or a principal that may not see them
+        for entity, values in sorted(quotas.items(), key=lambda item: item[0][0][1] or ""):
+            [(_, name)] = entity
+            who = "the default user-principal" if name is None else f"user-principal '{name}'"
+            shown = ", ".join(f"{key}={value}" for key, value in sorted(values.items()))
+            print(f"Quota configs for {who} are {shown}")
 
 
 def run_users(args: argparse.Namespace) -> int:

@@ -54,6 +54,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.METADATA: (1, 12),
     ApiKey.FIND_COORDINATOR: (1, 6),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),

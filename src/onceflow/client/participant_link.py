@@ -10,7 +10,7 @@ connection was lost; other errors are raised with Kafka's names.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,17 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
-__all__ = ["Identity", "Link", "add_partitions", "end_txn", "init_producer_id", "version"]
+__all__ = [
+    "Identity",
+    "Link",
+    "add_partitions",
+    "complete_transactions",
+    "end_txn",
+    "init_producer_id",
+    "offers_complete_transactions",
+    "transaction_log_partitions",
+    "version",
+]
 
 _MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
 
@@ -238,3 +248,54 @@ def end_txn(
 
     what = "EndTxn commit" if commit else "EndTxn abort"
     _coordinator_call(link, transactional_id, what, request, lambda a: a.error_code, timeout_s)
+
+
+def complete_transactions(
+    link: Link,
+    prepared: Sequence[tuple[str, int, int]],
+    commit: bool,
+    timeout_s: float,
+) -> dict[str, ErrorCode]:
+    """CompleteTransactions (Onceflow's own API) for transactions that share a coordinator:
+    (transactional id, producer id, prepared epoch) each. Sent again while it or a member
+    fails retriably; the answer of each member (NONE, or why it was not ended)."""
+    first = prepared[0][0]
+
+    def request(connection: Connection) -> tuple[int, int, Any]:
+        version(connection, ApiKey.COMPLETE_TRANSACTIONS, 0, 0)
+        members = tuple(
+            request_entity(
+                ApiKey.COMPLETE_TRANSACTIONS,
+                0,
+                "PreparedTransaction",
+                transactional_id=txn_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+            )
+            for txn_id, producer_id, epoch in prepared
+        )
+        body = build(
+            request_type(ApiKey.COMPLETE_TRANSACTIONS, 0), committed=commit, transactions=members
+        )
+        return ApiKey.COMPLETE_TRANSACTIONS, 0, body
+
+    def error_of(answer: Any) -> int:
+        if answer.error_code != ErrorCode.none:
+            return int(answer.error_code)
+        busy = any(ErrorCode(t.error_code).retriable for t in answer.transactions)
+        return int(ErrorCode.concurrent_transactions) if busy else int(ErrorCode.none)
+
+    what = "CompleteTransactions commit" if commit else "CompleteTransactions abort"
+    answer = _coordinator_call(link, first, what, request, error_of, timeout_s)
+    return {t.transactional_id: ErrorCode(t.error_code) for t in answer.transactions}
+
+
+def offers_complete_transactions(link: Link, transactional_id: str) -> bool:
+    """Whether the coordinator of `transactional_id` serves CompleteTransactions."""
+    return ApiKey.COMPLETE_TRANSACTIONS in link.coordinator(transactional_id).versions
+
+
+def transaction_log_partitions(link: Link) -> int:
+    """How many partitions `__transaction_state` has (Kafka's
+    transaction.state.log.num.partitions), from Metadata."""
+    return len(link.leaders("__transaction_state"))

@@ -14,7 +14,6 @@ import struct
 import types
 from typing import Any, get_args, get_origin
 
-from kio.index import load_payload_module
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
@@ -23,7 +22,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i64
 
 from onceflow.protocol.api_versions import ApiKey
-from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.codec import build, payload_module, request_type
 
 __all__ = [
     "SIZE",
@@ -93,7 +92,7 @@ def decode_response(api_key: int, cls: Any, frame: bytes, correlation_id: int) -
 
 def request_entity(api_key: int, api_version: int, name: str, /, **fields: Any) -> Any:
     """A nested request entity of one API version (e.g. DescribeProducers' TopicRequest)."""
-    module = load_payload_module(api_key, api_version, EntityType.request)
+    module = payload_module(api_key, api_version, EntityType.request)
     return build(getattr(module, name), **fields)
 
 

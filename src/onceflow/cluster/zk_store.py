@@ -189,6 +189,41 @@ class ZkMetadataStore:
                 continue
             return data, int(stat.version)
 
+    def children(self, path: str) -> list[str]:
+        """A znode's children, sorted; none when it does not exist."""
+        try:
+            return sorted(self._zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    def update_notified(
+        self, path: str, change: Callable[[bytes | None], bytes], prefix: str, notice: bytes
+    ) -> tuple[bytes, int]:
+        """`update`, with a sequential notification `prefix<10 digits>` created in the same
+        transaction: whoever watches the notifications never misses a change that was
+        written, even if this broker dies right after (Kafka writes the two apart)."""
+        self._zk.ensure_path(path.rsplit("/", 1)[0])
+        while True:
+            current = self.read(path)
+            data = change(None if current is None else current[0])
+            txn = self._zk.transaction()
+            if current is None:
+                txn.create(path, data)
+            else:
+                txn.set_data(path, data, version=current[1])
+            txn.create(prefix, notice, sequence=True)
+            results = txn.commit()
+            _, error = _failure(results)
+            if error is None:
+                return data, 0 if current is None else int(results[0].version)
+            if not isinstance(error, (BadVersionError, NodeExistsError, NoNodeError)):
+                raise MetadataStoreError(f"{path}: {error!r}")
+
+    def delete(self, path: str) -> None:
+        """Delete a childless znode; gone already is fine."""
+        with contextlib.suppress(NoNodeError):
+            self._zk.delete(path)
+
     def topic_configs(self, topic: str) -> tuple[dict[str, str], int]:
         """A topic's config overrides and their znode version (-1: none written)."""
         found = self.read(topic_config_path(topic))

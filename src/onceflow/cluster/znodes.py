@@ -41,7 +41,9 @@ SECURITY_CREDENTIALS = "/onceflow/security/scram_credentials"
 # ElectLeaders requests for the controller: ephemeral sequential children (Kafka's ZooKeeper
 # era had /admin/preferred_replica_election, for preferred elections only and one at a time).
 ELECT_LEADERS = "/onceflow/elect_leaders"
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN, ELECT_LEADERS)
+#: Kafka's config change notifications (client quotas use them).
+CONFIG_CHANGES = "/config/changes"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, TOPIC_CONFIGS, SHUTTING_DOWN, ELECT_LEADERS, CONFIG_CHANGES)
 #: Kafka's "no leader" in partition state: the partition is offline.
 NO_LEADER = -1
 

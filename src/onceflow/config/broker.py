@@ -24,6 +24,7 @@ from typing import Any
 from onceflow.config.groups import GroupKeys, check_consumer_group_timeouts, check_session_timeouts
 from onceflow.config.kinds import Listener
 from onceflow.config.log import LogKeys, check_compaction_lag
+from onceflow.config.quotas import QuotaKeys
 from onceflow.config.replication import ReplicationKeys
 from onceflow.config.security import SASL_MECHANISMS, SecurityKeys
 from onceflow.config.server import ServerKeys, check_listeners
@@ -71,7 +72,9 @@ IGNORED_BROKER_KEYS: Mapping[str, str] = {
 # The dataclass takes the fields of its last base first: the bases are listed in the reverse
 # of the order the keys are documented and described in (server first, transactions last).
 @dataclass(frozen=True)
-class BrokerConfig(TransactionKeys, GroupKeys, ReplicationKeys, LogKeys, SecurityKeys, ServerKeys):
+class BrokerConfig(
+    QuotaKeys, TransactionKeys, GroupKeys, ReplicationKeys, LogKeys, SecurityKeys, ServerKeys
+):
     """The broker's static configuration; see `CONFIG_DOCS` for each attribute's Kafka key.
 
     Build one with `load_broker_config()`. Constructing it directly (in tests) is fine too:

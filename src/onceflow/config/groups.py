@@ -41,6 +41,10 @@ class GroupKeys:
         "offsets.retention.check.interval.ms", LONG, 600_000, POSITIVE,
         "How often expired offsets are removed.",
     )
+    offset_metadata_max_bytes: int = key(
+        "offset.metadata.max.bytes", INT, 4096, POSITIVE,
+        "Longest metadata an offset commit may carry (OFFSET_METADATA_TOO_LARGE beyond).",
+    )
     offsets_commit_timeout_ms: int = key(
         "offsets.commit.timeout.ms", INT, 5000, POSITIVE,
         "An offset commit fails if its append to __consumer_offsets takes longer.",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from onceflow.demo.checks import Report, check_pipeline
 from onceflow.demo.generator import generate
 from onceflow.demo.job import BALANCES_TOPIC, CLEAN_SINK_ID, CLEAN_TOPIC, PAYMENTS_TOPIC
+from onceflow.demo.observer import StableOffsetWatcher, batch_of_output, batches_seen_in_part
 from onceflow.retry import Backoff, retry
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ CLUSTER_REPLICATION_FACTOR = 3
 # Every broker the demo starts, the embedded one or a cluster's, gets these overrides.
 BROKER_OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
+    # Two-phase commit (KIP-939): the sink then commits each micro-batch all at once.
+    "transaction.two.phase.commit.enable": "true",
     # The demo writes a few MB: it should run on a laptop with less than the default
     # 1 GiB free, where produce would otherwise be refused.
     "onceflow.log.dir.min.free.bytes": str(64 << 20),
@@ -262,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     broker_kill: BrokerKill | None = None
     job: subprocess.Popen[bytes] | None = None
     crashes_done = threading.Event()
+    watcher: StableOffsetWatcher | None = None
     started = time.monotonic()
     started_at = time.time()
     try:
@@ -275,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
             broker, bootstrap = start_broker(workdir)
             say(f"embedded broker on {bootstrap} (data in {workdir / 'broker-data'})")
         create_topics(bootstrap, CLUSTER_REPLICATION_FACTOR if cluster is not None else -1)
+        if not args.bootstrap_server:  # its brokers have two-phase commit on
+            watcher = StableOffsetWatcher(bootstrap, CLEAN_TOPIC)
+            watcher.start()
         ledger = workdir / "generated.jsonl"
         ledger.unlink(missing_ok=True)
         outcome: dict[str, tuple[int, int]] = {}
@@ -319,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         committed, aborted = outcome["counts"]
         say(f"generator done: {committed} payments committed, {aborted} aborted")
         report = wait_and_check(bootstrap, ledger, job, started + args.timeout)
+        if watcher is not None:
+            watcher.stop.set()
+            watcher.join(30)
+            check_micro_batches_whole(report, bootstrap, checkpoint, watcher)
         if cluster is not None and broker_kill is not None:
             report.events.append(broker_kill.describe(started_at))
             lagging = wait_in_sync(cluster, 60)
@@ -341,6 +352,29 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table())
     say(f"finished in {time.monotonic() - started:.0f} s; files in {workdir}")
     return 0 if report.passed else 1
+
+
+def check_micro_batches_whole(
+    report: Report, bootstrap: str, checkpoint: Path, watcher: StableOffsetWatcher
+) -> None:
+    """The report's row for per-batch atomicity: no look of the watcher showed part of a
+    micro-batch of the clean query."""
+    from onceflow.spark.batch_commit import read_decision
+    from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC
+
+    decision = read_decision(
+        {"bootstrap.servers": bootstrap}, DEFAULT_LEDGER_TOPIC, CLEAN_SINK_ID, 30
+    )
+    report.add("clean sink commits per micro-batch", "yes", "yes" if decision else "no")
+    batch_of = batch_of_output(bootstrap, checkpoint, PAYMENTS_TOPIC, CLEAN_TOPIC)
+    seen_in_part = batches_seen_in_part(watcher.looks, batch_of)
+    report.add("micro-batches seen in part by a reader", 0, len(seen_in_part))
+    report.events.append(
+        f"a read_committed reader looked {len(watcher.looks)} times at the clean topic "
+        f"while {len(set(batch_of.values()))} micro-batches were committed"
+    )
+    for line in seen_in_part[:5]:
+        say(f"seen in part: {line}")
 
 
 def wait_and_check(

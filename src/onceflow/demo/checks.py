@@ -20,6 +20,14 @@ from onceflow.demo.job import BALANCES_TOPIC, CLEAN_TOPIC, PAYMENTS_TOPIC
 
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 60) -> list[tuple[bytes, bytes]]:
     """Every committed (key, value) of a topic, up to its last stable offsets."""
+    return [(key, value) for _, _, key, value in read_committed_at(bootstrap, topic, timeout_s)]
+
+
+def read_committed_at(
+    bootstrap: str, topic: str, timeout_s: float = 60
+) -> list[tuple[int, int, bytes, bytes]]:
+    """Every committed (partition, offset, key, value) of a topic, up to its last stable
+    offsets."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
     tps = [TopicPartition(topic, p) for p in partitions]
@@ -41,7 +49,7 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 60) -> list[tu
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    out: list[tuple[bytes, bytes]] = []
+    out: list[tuple[int, int, bytes, bytes]] = []
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -56,7 +64,7 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 60) -> list[tu
                     and partition is not None
                     and offset < ends[partition]
                 ):
-                    out.append((message.key() or b"", message.value() or b""))
+                    out.append((partition, offset, message.key() or b"", message.value() or b""))
         else:
             raise TimeoutError(f"could not read {topic} to its end")
     finally:

@@ -22,6 +22,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from onceflow.errors import ProtocolError
+from onceflow.protocol import onceflow_apis
 from onceflow.protocol.api_versions import ApiKey
 
 _PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -44,19 +45,31 @@ def peek_header(frame: bytes | memoryview) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, None)
 
 
+# Onceflow's own APIs (protocol/onceflow_apis.py) are looked up before kio's.
 @cache
 def request_type(api_key: int, api_version: int) -> Any:
-    return load_request_schema(api_key, api_version)
+    own = onceflow_apis.REQUESTS.get((api_key, api_version))
+    return own if own is not None else load_request_schema(api_key, api_version)
 
 
 @cache
 def response_type(api_key: int, api_version: int) -> Any:
-    return load_response_schema(api_key, api_version)
+    own = onceflow_apis.RESPONSES.get((api_key, api_version))
+    return own if own is not None else load_response_schema(api_key, api_version)
 
 
 @cache
+def payload_module(api_key: int, api_version: int, entity_type: EntityType) -> ModuleType:
+    """The module of an API version's entities, nested ones included."""
+    if entity_type is EntityType.request:
+        own = onceflow_apis.REQUEST_MODULES.get((api_key, api_version))
+        return own or load_payload_module(api_key, api_version, EntityType.request)
+    own = onceflow_apis.RESPONSE_MODULES.get((api_key, api_version))
+    return own or load_payload_module(api_key, api_version, EntityType.response)
+
+
 def response_module(api_key: int, api_version: int) -> ModuleType:
-    return load_payload_module(api_key, api_version, EntityType.response)
+    return payload_module(api_key, api_version, EntityType.response)
 
 
 @cache

@@ -131,8 +131,6 @@ GAPS: dict[int, str] = {
     41: _DELEGATION_TOKENS,
     45: "not implemented: partition reassignment",
     46: "not implemented: partition reassignment",
-    48: "not implemented: client quotas",
-    49: "not implemented: client quotas",
     55: _KRAFT,
     57: "not implemented: feature levels cannot be changed",
     64: _KRAFT,
@@ -151,4 +149,8 @@ GAPS: dict[int, str] = {
     90: _SHARE_GROUPS,
     91: _SHARE_GROUPS,
     92: _SHARE_GROUPS,
+    32000: (
+        "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
+        "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API"
+    ),
 }

@@ -9,7 +9,17 @@ prepares it; its commit message carries the prepared state. The driver's commit 
    ledger topic, offset `batchId + 1`, metadata the owner (query id) and every task's
    prepared state. An OffsetCommit is acknowledged once replicated and is idempotent (the
    same value written twice is one decision), and it is read back with `require_stable`;
-2. completes every task's transaction (`complete(prepared, commit=True)`).
+2. completes every task's transaction: all in one CompleteTransactions request where the
+   broker serves it (Onceflow's own API, see `onceflow.client.participant_group`), so a
+   reader sees the batch appear at once, never in part, even if the driver dies meanwhile;
+   one by one otherwise (a broker with only Kafka's KIP-939), when a reader can see part
+   of the batch until the driver finishes.
+
+For the one-request completion every task's transactional id must map to the same
+`__transaction_state` partition: the tasks use `<sinkId>-<task partition>` or, when that
+maps elsewhere, the same with the smallest `~<n>` suffix that maps to the sink id's
+partition (`colocated_ids`, a pure function of the names and the partition count, which
+the decision records).
 
 Why a dead driver is safe: Spark replays only the last batch it did not log as committed.
 If the decision is recorded (its batch id >= the replayed one), the replayed tasks do not
@@ -33,6 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from confluent_kafka import KafkaError, KafkaException
+
 from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant import (
     PreparedTransaction,
@@ -40,9 +52,16 @@ from onceflow.client.participant import (
     TwoPhaseProducer,
     complete,
 )
+from onceflow.client.participant_group import (
+    colocated_ids,
+    complete_together,
+    supports_complete_together,
+    transaction_log_partition_count,
+)
 from onceflow.client.participant_link import Link, init_producer_id
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
+from onceflow.security.client_config import ClientSecurity
 from onceflow.spark.ledger import Ledger
 from onceflow.spark.options import OptionError
 
@@ -51,45 +70,47 @@ __all__ = [
     "Atomicity",
     "Decision",
     "DecisionLog",
+    "DecisionTooLarge",
     "ParticipantRows",
     "broker_has_two_phase_commit",
     "choose_atomicity",
+    "colocation",
     "complete_all",
+    "complete_decided",
     "not_open",
     "participant_settings",
     "prepared_of",
     "read_decision",
+    "task_transactional_id",
 ]
 
 log = logging.getLogger(__name__)
 
 Atomicity = Literal["batch", "task"]
 DECISIONS_PREFIX = "decisions-"
-# Kafka's offset.metadata.max.bytes default: a decision must fit in an offset's metadata.
-MAX_DECISION_BYTES = 4096
 # How long the probe at the start waits for the broker.
 PROBE_TIMEOUT_MS = 15_000
-# Client settings the participant client cannot take; batch atomicity refuses them.
-_SECURITY_KEYS = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "ssl.ca.location")
 
 
 def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[str, object]]:
-    """Bootstrap servers and settings for the participant client. It speaks PLAINTEXT here:
-    a secured cluster is refused with a clear error rather than half-configured."""
-    for key in _SECURITY_KEYS:
-        value = client_config.get(key, "")
-        if value and value.strip().lower() != "plaintext":
-            raise OptionError(
-                f"atomicity 'batch' does not support 'kafka.{key}' yet; use atomicity 'task'"
-            )
-    return client_config["bootstrap.servers"], {"client.id": "onceflow-sink"}
+    """Bootstrap servers and settings for the participant client: the sink's own security
+    settings (`kafka.security.protocol`, `kafka.ssl.*`, `kafka.sasl.*`, by librdkafka's or
+    Java's names) become its TLS and SASL."""
+    try:
+        security = ClientSecurity.from_properties(client_config)
+    except ValueError as exc:
+        raise OptionError(f"the sink's security settings: {exc}") from None
+    settings: dict[str, object] = {"client.id": "onceflow-sink"}
+    if security.uses_tls or security.uses_sasl:
+        settings["security"] = security
+    return client_config["bootstrap.servers"], settings
 
 
 def broker_has_two_phase_commit(client_config: Mapping[str, str], sink_id: str) -> bool:
     """True when an InitProducerId v6 with enable2Pc is accepted for a probe id."""
     bootstrap, settings = participant_settings(client_config)
     settings |= {"delivery.timeout.ms": PROBE_TIMEOUT_MS, "request.timeout.ms": PROBE_TIMEOUT_MS}
-    probe = TwoPhaseProducer(bootstrap, f"onceflow-sink-probe-{sink_id}", **settings)
+    probe = TwoPhaseProducer(bootstrap, _probe_id(sink_id), **settings)
     try:
         probe.init()
         return True
@@ -134,34 +155,80 @@ def choose_atomicity(
     return chosen
 
 
+def colocation(client_config: Mapping[str, str], sink_id: str) -> int | None:
+    """The `__transaction_state` partition count to colocate the tasks' ids with, when the
+    broker completes several transactions in one request; None when it does not, or the
+    count cannot be read (it needs DESCRIBE on that topic)."""
+    bootstrap, settings = participant_settings(client_config)
+    try:
+        if not supports_complete_together(bootstrap, _probe_id(sink_id), **settings):
+            log.warning(
+                "onceflow sink '%s': the broker completes prepared transactions one at a "
+                "time (no CompleteTransactions): a reader may see part of a micro-batch "
+                "while the driver completes it",
+                sink_id,
+            )
+            return None
+        return transaction_log_partition_count(bootstrap, **settings)
+    except KafkaApiError as exc:
+        log.warning(
+            "onceflow sink '%s': cannot learn how many partitions __transaction_state has "
+            "(%s; DESCRIBE on that topic lets it): the driver completes a micro-batch's "
+            "transactions one by one, and a reader may see part of it meanwhile",
+            sink_id,
+            exc,
+        )
+        return None
+
+
+def _probe_id(sink_id: str) -> str:
+    return f"onceflow-sink-probe-{sink_id}"
+
+
+def task_transactional_id(sink_id: str, partition: int, colocated: int | None) -> str:
+    """A task's transactional id: `<sinkId>-<partition>`, moved onto the sink id's
+    coordinator partition when colocated (see the module doc)."""
+    name = f"{sink_id}-{partition}"
+    return name if colocated is None else colocated_ids([name], colocated, anchor=sink_id)[0]
+
+
 @dataclass(frozen=True)
 class Decision:
     """A recorded commit decision: the batch, the query that made it, and every task's
-    prepared transaction by task partition."""
+    prepared transaction by task partition; `colocated`: the partition count the ids were
+    colocated with (completed in one request), None: completed one by one. An `aborted`
+    decision undoes one whose commit found a transaction gone (nothing was committed)."""
 
     batch_id: int
     owner: str
     prepared: Mapping[int, PreparedTransaction]
+    colocated: int | None = None
+    aborted: bool = False
 
     def encode(self, sink_id: str) -> str:
         tasks = {str(p): [t.producer_id, t.producer_epoch] for p, t in self.prepared.items()}
-        text = json.dumps({"o": self.owner, "t": tasks}, separators=(",", ":"))
-        if len(text.encode()) > MAX_DECISION_BYTES:
-            raise RuntimeError(
-                f"sink '{sink_id}' batch {self.batch_id}: the decision of {len(tasks)} tasks "
-                f"does not fit in an offset's metadata ({MAX_DECISION_BYTES} bytes); write "
-                f"with fewer partitions or use atomicity 'task'"
-            )
-        return text
+        value: dict[str, object] = {"o": self.owner, "t": tasks}
+        if self.colocated is not None:
+            value["c"] = self.colocated
+        if self.aborted:
+            value["a"] = 1
+        return json.dumps(value, separators=(",", ":"))
 
     @classmethod
     def decode(cls, sink_id: str, next_batch: int, text: str) -> Decision:
         value = json.loads(text)
+        colocated = value.get("c")
         prepared = {
-            int(p): PreparedTransaction(f"{sink_id}-{p}", int(pid), int(epoch))
+            int(p): PreparedTransaction(
+                task_transactional_id(sink_id, int(p), colocated), int(pid), int(epoch)
+            )
             for p, (pid, epoch) in value["t"].items()
         }
-        return cls(next_batch - 1, str(value["o"]), prepared)
+        return cls(next_batch - 1, str(value["o"]), prepared, colocated, bool(value.get("a")))
+
+
+class DecisionTooLarge(RuntimeError):
+    """A decision longer than an offset's metadata may be: nothing was decided."""
 
 
 class DecisionLog:
@@ -182,8 +249,21 @@ class DecisionLog:
         return Decision.decode(self.sink_id, entry.next_batch, entry.owner)
 
     def record(self, decision: Decision) -> None:
+        """Record `decision`; it must fit in an offset's metadata, at most the broker's
+        `offset.metadata.max.bytes` (4096 by default: about 250 tasks)."""
         self._ledger.ensure_topic()
-        self._ledger.record(decision.batch_id, decision.encode(self.sink_id))
+        text = decision.encode(self.sink_id)
+        try:
+            self._ledger.record(decision.batch_id, text)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE:
+                raise
+            raise DecisionTooLarge(
+                f"sink '{self.sink_id}' batch {decision.batch_id}: the decision of "
+                f"{len(decision.prepared)} tasks takes {len(text.encode())} bytes, more than "
+                f"the broker's offset.metadata.max.bytes; raise it, write with fewer "
+                f"partitions, or use atomicity 'task'"
+            ) from None
 
     def close(self) -> None:
         self._ledger.close()
@@ -231,6 +311,22 @@ def complete_all(
             log.info("%s: completed already", txn.transactional_id)
         if after_each is not None:
             after_each(txn)
+
+
+def complete_decided(
+    client_config: Mapping[str, str],
+    prepared: Iterable[PreparedTransaction],
+    commit: bool,
+    colocated: int | None,
+    after_each: Callable[[PreparedTransaction], None] | None = None,
+) -> None:
+    """Complete a decision's transactions: in one request when colocated (a commit is all
+    or nothing: StalePreparedTransaction when one is gone), else one by one."""
+    if colocated is None:
+        complete_all(client_config, prepared, commit, after_each)
+        return
+    bootstrap, settings = participant_settings(client_config)
+    complete_together(list(prepared), commit, bootstrap, **settings)
 
 
 def prepared_of(messages: Sequence[object]) -> dict[int, PreparedTransaction]:

@@ -50,8 +50,9 @@ LEDGER_PARTITION = 0
 LEDGER_DENIED = ACCESS_DENIED | {KafkaError.GROUP_AUTHORIZATION_FAILED}
 
 # Ledger topics this process has already seen exist (Python workers are reused across
-# tasks, so most tasks skip the metadata round trip). Keyed by (bootstrap servers, topic).
-_known_topics: set[tuple[str, str]] = set()
+# tasks, so most tasks skip the metadata round trip). Keyed by (bootstrap servers, user,
+# topic): another user of the same process may not be allowed to see it.
+_known_topics: set[tuple[str, str, str]] = set()
 _known_lock = threading.Lock()
 
 
@@ -144,8 +145,10 @@ class Ledger:
         with _known_lock:
             _known_topics.discard(self._topic_key())
 
-    def _topic_key(self) -> tuple[str, str]:
-        return (self._client_config.get("bootstrap.servers", ""), self.topic)
+    def _topic_key(self) -> tuple[str, str, str]:
+        config = self._client_config
+        user = config.get("sasl.username", "") + "|" + config.get("ssl.certificate.location", "")
+        return (config.get("bootstrap.servers", ""), user, self.topic)
 
     def _topic_exists(self) -> bool:
         # The task's first Kafka call: a refused login fails it here, at once.

@@ -86,7 +86,12 @@ from pyspark.sql.types import (
 )
 
 from onceflow.client.errors import ClientError
-from onceflow.client.participant import BinaryColumn, TwoPhaseProducer
+from onceflow.client.participant import (
+    BinaryColumn,
+    PreparedTransaction,
+    StalePreparedTransaction,
+    TwoPhaseProducer,
+)
 from onceflow.client.participant_columns import header_sections
 from onceflow.spark.access import KafkaAccessError
 from onceflow.spark.batch_commit import (
@@ -94,11 +99,14 @@ from onceflow.spark.batch_commit import (
     Decision,
     DecisionLog,
     choose_atomicity,
+    colocation,
     complete_all,
+    complete_decided,
     not_open,
     participant_settings,
     prepared_of,
     read_decision,
+    task_transactional_id,
 )
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, Ledger
 from onceflow.spark.options import (
@@ -227,6 +235,9 @@ class SinkConfig:
     timeout_s: float = OPERATION_TIMEOUT_S
     # As asked ("batch", "task" or None); the writer replaces it by the one it uses.
     atomicity: Atomicity | None = None
+    # Per batch: the `__transaction_state` partition count the tasks' ids are colocated
+    # with, for a completion in one request; None: completed one by one.
+    colocated: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.client_config, ClientConfig):
@@ -504,12 +515,14 @@ def prepare_task(
 ) -> SinkCommitMessage:
     """Per-batch atomicity (see `onceflow.spark.batch_commit`): write the task's rows in a
     two-phase transaction and prepare it, unless the sink's decision log shows the batch
-    decided already, in which case complete this task's part and write nothing."""
+    decided already, in which case write nothing (and, when the driver completes the
+    transactions one by one, complete this task's part)."""
+    txn_id = task_transactional_id(task.sink_id, task.partition, config.colocated)
     try:
         decision = read_decision(
             config.client_config, config.ledger_topic, task.sink_id, config.timeout_s
         )
-        if decision is not None and decision.batch_id >= task.batch_id:
+        if decision is not None and decision.batch_id >= task.batch_id and not decision.aborted:
             if task.owner and decision.owner and decision.owner != task.owner:
                 raise SinkIdConflictError(
                     f"{task}: the decision log shows batch {decision.batch_id} committed by "
@@ -517,14 +530,16 @@ def prepare_task(
                     f"give this query its own 'sinkId'"
                 )
             mine = decision.prepared.get(task.partition)
-            if decision.batch_id == task.batch_id and mine is not None:
+            # Completed together by the driver when colocated; else this task's part here.
+            one_by_one = decision.colocated is None
+            if decision.batch_id == task.batch_id and mine is not None and one_by_one:
                 complete_all(config.client_config, [mine], commit=True)
             for _ in rows:  # Spark expects the input consumed
                 pass
-            log.info("%s: batch decided already; completed, writing nothing", task)
+            log.info("%s: batch decided already; writing nothing", task)
             return _message(task, "skipped")
         bootstrap, settings = participant_settings(config.client_config)
-        with TwoPhaseProducer(bootstrap, task.transactional_id, **settings) as producer:
+        with TwoPhaseProducer(bootstrap, txn_id, **settings) as producer:
             producer.init()  # fences older attempts of the task and aborts what they left
             producer.begin()
             try:
@@ -540,7 +555,7 @@ def prepare_task(
         message.owner = task.owner
         return message
     except ClientError as exc:
-        raise SinkWriteError(f"{task} (transactional id '{task.transactional_id}'): {exc}") from exc
+        raise SinkWriteError(f"{task} (transactional id '{txn_id}'): {exc}") from exc
 
 
 def _message(
@@ -877,7 +892,8 @@ def commit_batch(
     """Per-batch atomicity's commit: record the decision, then complete every task's
     transaction; a replay of a decided batch completes what is left and records nothing.
     `on_step("prepared")` (before the decision), `on_step("decided")` and
-    `on_step("completed")` (after each completion) let tests stop a driver there."""
+    `on_step("completed")` (after the completion, or each one when one by one) let tests
+    stop a driver there."""
     step = on_step or (lambda _: None)
     _check_messages(messages, batch_id)
     ours = [m for m in messages if isinstance(m, SinkCommitMessage)]
@@ -886,35 +902,72 @@ def commit_batch(
         return
     (sink_id,) = sink_ids
     prepared = prepared_of(ours)
+    owner = next((m.owner for m in ours if m.owner), "")
     decisions = DecisionLog(config.client_config, config.ledger_topic, sink_id, config.timeout_s)
     try:
         last = decisions.last()
-        if last is not None and last.batch_id >= batch_id:
-            todo = dict(last.prepared) if last.batch_id == batch_id else {}
+        if last is not None and last.batch_id >= batch_id and not last.aborted:
+            decision = last if last.batch_id == batch_id else Decision(batch_id, owner, {})
             log.info(
-                "sink '%s' batch %d: decided already; completing %d", sink_id, batch_id, len(todo)
+                "sink '%s' batch %d: decided already; completing %d",
+                sink_id,
+                batch_id,
+                len(decision.prepared),
             )
         elif not prepared:
             return
         else:
             step("prepared")
-            gone = not_open(config.client_config, prepared.values())
-            if gone:
-                complete_all(config.client_config, prepared.values(), commit=False)
-                raise SinkWriteError(
-                    f"sink '{sink_id}' batch {batch_id}: the prepared transactions of "
-                    f"{', '.join(t.transactional_id for t in gone)} were aborted before the "
-                    f"decision (by a newer attempt of the task, e.g. a speculative one); the "
-                    f"batch is aborted whole and is written again when the query restarts"
-                )
-            owner = next((m.owner for m in ours if m.owner), "")
-            decisions.record(Decision(batch_id, owner, prepared))
+            if config.colocated is None:
+                _abort_if_any_gone(config, sink_id, batch_id, prepared)
+            decision = Decision(batch_id, owner, prepared, config.colocated)
+            decisions.record(decision)
             step("decided")
-            todo = prepared
+        try:
+            complete_decided(
+                config.client_config,
+                decision.prepared.values(),
+                True,
+                decision.colocated,
+                lambda _: step("completed"),
+            )
+        except StalePreparedTransaction as exc:
+            # All or nothing: nothing was committed. Undo the decision, so that the replay
+            # writes the batch again, and abort what is left.
+            decisions.record(dataclasses.replace(decision, aborted=True))
+            complete_decided(
+                config.client_config, decision.prepared.values(), False, decision.colocated
+            )
+            raise SinkWriteError(
+                f"sink '{sink_id}' batch {batch_id}: {exc}; (a newer attempt of a task, e.g. "
+                f"a speculative one, aborted its transaction); the batch is aborted whole and "
+                f"is written again when the query restarts"
+            ) from exc
     finally:
         decisions.close()
-    complete_all(config.client_config, todo.values(), True, lambda _: step("completed"))
-    log.info("sink '%s' batch %d: committed %d task transactions", sink_id, batch_id, len(todo))
+    if decision.colocated is not None:
+        step("completed")
+    log.info(
+        "sink '%s' batch %d: committed %d task transactions",
+        sink_id,
+        batch_id,
+        len(decision.prepared),
+    )
+
+
+def _abort_if_any_gone(
+    config: SinkConfig, sink_id: str, batch_id: int, prepared: Mapping[int, PreparedTransaction]
+) -> None:
+    """One by one, a commit could end some transactions and find another gone: ask first."""
+    gone = not_open(config.client_config, prepared.values())
+    if gone:
+        complete_all(config.client_config, prepared.values(), commit=False)
+        raise SinkWriteError(
+            f"sink '{sink_id}' batch {batch_id}: the prepared transactions of "
+            f"{', '.join(t.transactional_id for t in gone)} were aborted before the "
+            f"decision (by a newer attempt of the task, e.g. a speculative one); the "
+            f"batch is aborted whole and is written again when the query restarts"
+        )
 
 
 def abort_batch(config: SinkConfig, messages: Sequence[WriterCommitMessage | None]) -> None:
@@ -929,7 +982,7 @@ def abort_batch(config: SinkConfig, messages: Sequence[WriterCommitMessage | Non
     decision = read_decision(
         config.client_config, config.ledger_topic, ours[0].sink_id, config.timeout_s
     )
-    if decision is not None and decision.batch_id >= ours[0].batch_id:
+    if decision is not None and decision.batch_id >= ours[0].batch_id and not decision.aborted:
         log.warning(
             "sink '%s' batch %d: Spark aborts a batch whose commit was decided; it stays "
             "committed, and the replay after the restart completes what is left",
@@ -937,7 +990,7 @@ def abort_batch(config: SinkConfig, messages: Sequence[WriterCommitMessage | Non
             ours[0].batch_id,
         )
         return
-    complete_all(config.client_config, prepared.values(), commit=False)
+    complete_decided(config.client_config, prepared.values(), False, config.colocated)
 
 
 def _check_messages(messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str:
@@ -988,4 +1041,5 @@ def _with_atomicity(config: SinkConfig) -> SinkConfig:
     serve fails here; the default asks the broker (see `onceflow.spark.batch_commit`)."""
     probe_id = config.sink_id or f"query-{uuid.uuid4()}"
     chosen = choose_atomicity(config.atomicity, config.client_config, probe_id)
-    return dataclasses.replace(config, atomicity=chosen)
+    colocated = colocation(config.client_config, probe_id) if chosen == "batch" else None
+    return dataclasses.replace(config, atomicity=chosen, colocated=colocated)

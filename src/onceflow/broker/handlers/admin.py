@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from onceflow.broker.handlers import authz, topic_deletion
+from onceflow.broker.handlers import authz, client_quotas, topic_deletion
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.topics import CreatedTopic
 from onceflow.config import (
@@ -56,7 +56,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             seen.add(topic.name)
             if topic.name in denied:
                 raise KafkaError(ErrorCode.topic_authorization_failed, _TOPIC_DENIED)
+            client_quotas.check_mutation(ctx)
             configs, created = await _create_topic(broker, topic, bool(request.validate_only))
+            if not request.validate_only:
+                client_quotas.record_mutation(ctx, created.partitions)
         except KafkaError as exc:
             results.append(
                 ctx.entity(
@@ -194,9 +197,13 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
             assignments = None
             if topic.assignments is not None:
                 assignments = [[int(b) for b in a.broker_ids] for a in topic.assignments]
+            client_quotas.check_mutation(ctx)
+            before = ctx.broker.topic_partition_count(topic.name) or 0
             await ctx.broker.create_partitions(
                 topic.name, int(topic.count), assignments, bool(request.validate_only)
             )
+            if not request.validate_only:
+                client_quotas.record_mutation(ctx, int(topic.count) - before)
         except KafkaError as exc:
             error, message = exc.code, exc.message
         results.append(

@@ -116,6 +116,11 @@ def _read_all(
 ) -> tuple[list[list[_PartitionRead]], int, bool]:
     committed = ctx.api_version >= 4 and request.isolation_level == READ_COMMITTED
     limit = request.max_bytes if ctx.api_version >= 3 else 2**31 - 1
+    if replica < 0:  # a consumer's response stays within its fetch quota's window
+        quota = ctx.broker.client_quotas.fetch_limit_bytes(
+            ctx.session.principal, ctx.header.client_id or ""
+        )
+        limit = limit if quota is None else min(limit, quota)
     min_one = True
     total = 0
     failed = False

@@ -5,7 +5,9 @@ from __future__ import annotations
 from onceflow.broker.handlers import (
     acls,
     admin,
+    client_quotas,
     cluster_info,
+    complete_txns,
     configs,
     consumer_groups,
     elect_leaders,
@@ -47,9 +49,11 @@ HANDLERS: dict[int, Handler] = {
     **topic_partitions.HANDLERS,
     **txn.HANDLERS,
     **txn_admin.HANDLERS,
+    **complete_txns.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **scram.HANDLERS,
+    **client_quotas.HANDLERS,
 }
 
 missing = set(SUPPORTED_VERSIONS) - set(HANDLERS)

@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 from typing import Any, NamedTuple
 
-from onceflow.broker.handlers import authz
+from onceflow.broker.handlers import authz, client_quotas
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.topic_ids import ZERO_UUID
@@ -99,7 +99,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                     ErrorCode.invalid_request,
                     "The provided topic name maps to an ID that was already supplied.",
                 )
+            client_quotas.check_mutation(ctx)
+            partitions = ctx.broker.topic_partition_count(target) or 0
             await ctx.broker.delete_topic(target)
+            client_quotas.record_mutation(ctx, partitions)
             results.append(_result(ctx, name, topic_id, ErrorCode.none, None))
         except KafkaError as exc:
             results.append(_result(ctx, name, topic_id, exc.code, exc.message))

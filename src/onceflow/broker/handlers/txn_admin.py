@@ -241,11 +241,14 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     ):
         return _markers_refused(ctx, request)
     broker = ctx.broker
-    results = []
-    for marker in request.markers:
+    # Every marker is appended first, in one step (no await between them): markers of
+    # transactions decided together (CompleteTransactions) then show all at once. Only
+    # then does the answer wait for them to be durable.
+    errors: list[dict[tuple[str, int], ErrorCode]] = []
+    written: list[tuple[int, PartitionLog, int]] = []
+    for n, marker in enumerate(request.markers):
         commit = bool(marker.transaction_result)
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        written: list[tuple[PartitionLog, int]] = []
+        errors.append({})
         for topic in marker.topics:
             for index in topic.partition_indexes:
                 try:
@@ -254,30 +257,34 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, commit
                     )
                 except KafkaError as exc:
-                    errors[(topic.name, index)] = exc.code
+                    errors[n][(topic.name, index)] = exc.code
                     continue
                 broker.writes.appended(plog)
-                written.append((plog, appended.last_offset))
-                errors[(topic.name, index)] = ErrorCode.none
-        for plog, offset in written:
-            wait = broker.writes.acknowledgement(plog, offset, -1, MARKER_TIMEOUT_MS)
-            if wait is not None:
-                try:
-                    await wait
-                except KafkaError as exc:
-                    # Not replicated as acks=all asks: the client retries (markers are
-                    # idempotent).
-                    errors[(plog.topic, plog.partition)] = exc.code
-                    continue
-                except (OSError, RuntimeError):
-                    # The marker is in the log but not known to be on disk: the client
-                    # must not take it as written, and may retry (markers are idempotent).
-                    errors[(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
-                    continue
-            if plog.topic == OFFSETS_TOPIC:
-                broker.group_coordinator.complete_txn(marker.producer_id, commit, plog.partition)
+                written.append((n, plog, appended.last_offset))
+                errors[n][(topic.name, index)] = ErrorCode.none
+    for n, plog, offset in written:
+        marker = request.markers[n]
+        wait = broker.writes.acknowledgement(plog, offset, -1, MARKER_TIMEOUT_MS)
+        if wait is not None:
+            try:
+                await wait
+            except KafkaError as exc:
+                # Not replicated as acks=all asks: the client retries (markers are
+                # idempotent).
+                errors[n][(plog.topic, plog.partition)] = exc.code
+                continue
+            except (OSError, RuntimeError):
+                # The marker is in the log but not known to be on disk: the client must
+                # not take it as written, and may retry (markers are idempotent).
+                errors[n][(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
+                continue
+        if plog.topic == OFFSETS_TOPIC:
+            commit = bool(marker.transaction_result)
+            broker.group_coordinator.complete_txn(marker.producer_id, commit, plog.partition)
+    results = []
+    for marker, marker_errors in zip(request.markers, errors, strict=True):
         by_topic: dict[str, list[Any]] = defaultdict(list)
-        for (topic_name, index), error in errors.items():
+        for (topic_name, index), error in marker_errors.items():
             by_topic[topic_name].append(
                 ctx.entity(
                     "WritableTxnMarkerPartitionResult", partition_index=index, error_code=error

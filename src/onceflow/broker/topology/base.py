@@ -10,11 +10,12 @@ else asks whether the broker is clustered: the wiring chooses the implementation
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from onceflow.broker.topics import CreatedTopic
+from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.errors import ErrorCode
 from onceflow.replication.partition import Partition, Role
@@ -77,13 +78,7 @@ class Peers(Protocol):
     the broker cannot be reached or refuses."""
 
     async def write(
-        self,
-        broker: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        partitions: list[TopicPartition],
+        self, broker: int, coordinator_epoch: int, markers: Sequence[TxnMarker]
     ) -> None: ...
 
     async def verify(

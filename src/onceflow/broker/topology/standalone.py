@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
@@ -33,6 +33,7 @@ from onceflow.broker.topology.base import (
     TopicInfo,
 )
 from onceflow.config import BrokerConfig
+from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.coordinator.transaction.metadata import TopicPartition
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.replication.partition import Partition, Role
@@ -51,13 +52,7 @@ class NoPeers:
     """A cluster of one has no other broker: a request to one fails as to a broker gone."""
 
     async def write(
-        self,
-        broker: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        partitions: list[TopicPartition],
+        self, broker: int, coordinator_epoch: int, markers: Sequence[TxnMarker]
     ) -> None:
         raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {broker} is not alive")
 

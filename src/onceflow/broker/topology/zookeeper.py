@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, ZkDynamicConfigStore
 from onceflow.broker.inter_broker import InterBroker
+from onceflow.broker.quota_store import ZkQuotaStore
+from onceflow.broker.quotas import ClientQuotas
 from onceflow.broker.security import SecurityState
 from onceflow.broker.topics import (
     INTERNAL_TOPICS,
@@ -87,6 +89,7 @@ class ZkTopology:
         producer_ids: ProducerIdManager,
         security: SecurityState,
         dynamic_config: DynamicBrokerConfig,
+        client_quotas: ClientQuotas,
         inter_broker_security: ClientSecurity | None,
         validate_configs: Callable[[Mapping[str, str]], object],
     ) -> None:
@@ -100,6 +103,7 @@ class ZkTopology:
         self._producer_ids = producer_ids
         self._security = security
         self._dynamic_config = dynamic_config
+        self._client_quotas = client_quotas
         self._inter_broker_security = inter_broker_security
         self._validate_configs = validate_configs
         self.internal_topics = CLUSTER_INTERNAL_TOPICS
@@ -214,6 +218,10 @@ class ZkTopology:
         self._dynamic_config.store = dynamic
         self._dynamic_config.load()
         dynamic.watch(self._dynamic_config.set)
+        quotas = ZkQuotaStore(self.link.store, loop)
+        self._client_quotas.store = quotas
+        self._client_quotas.load()
+        quotas.watch(self._client_quotas.set_all)
         return cluster_id
 
     async def start_serving(self, on_role: RoleListener) -> None:

@@ -35,7 +35,7 @@ class GroupCoordinatorConfig:
     # offsets.retention.minutes, in ms
     offsets_retention_ms: int = GroupKeys.offsets_retention_minutes * MINUTE_MS
     offsets_retention_check_interval_ms: int = GroupKeys.offsets_retention_check_interval_ms
-    offset_metadata_max_bytes: int = 4_096  # Kafka's offset.metadata.max.bytes (no key here)
+    offset_metadata_max_bytes: int = GroupKeys.offset_metadata_max_bytes
     # The consumer protocol (KIP-848): Kafka's group.consumer.* settings.
     consumer_session_timeout_ms: int = GroupKeys.group_consumer_session_timeout_ms
     consumer_heartbeat_interval_ms: int = GroupKeys.group_consumer_heartbeat_interval_ms
@@ -72,6 +72,7 @@ class GroupCoordinatorConfig:
             offsets_retention_ms=config.offsets_retention_minutes * MINUTE_MS,
             group_max_size=config.group_max_size,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             consumer_assignors=tuple(config.group_consumer_assignors),

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol.coordinator_key import coordinator_partition
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1  # key version 0 has the same layout; Kafka reads both
@@ -95,24 +96,9 @@ class GroupKey(NamedTuple):
 # ---------------------------------------------------------------- partitioning
 
 
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode(): over UTF-16 code units, wrapping like a signed int32."""
-    h = 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """The `__consumer_offsets` partition that owns a group, exactly as Kafka picks it.
-
-    Kafka's abs maps Integer.MIN_VALUE (whose negation overflows) to 0 rather than letting
-    the modulo go negative, so a group hashing to MIN_VALUE lands on partition 0.
-    """
-    h = java_string_hash(group_id)
-    positive = 0 if h == -(1 << 31) else abs(h)
-    return positive % num_partitions
+    """The `__consumer_offsets` partition that owns a group, exactly as Kafka picks it."""
+    return coordinator_partition(group_id, num_partitions)
 
 
 # ---------------------------------------------------------------- writing

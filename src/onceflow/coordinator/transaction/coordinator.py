@@ -35,13 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from onceflow.clock import Clock
 from onceflow.config.transactions import TransactionKeys
-from onceflow.coordinator.group.offsets import java_string_hash
 from onceflow.coordinator.partitions import PartitionOwnership
 from onceflow.coordinator.transaction.log import (
     CorruptTxnRecord,
@@ -50,6 +49,7 @@ from onceflow.coordinator.transaction.log import (
     encode_key,
     encode_value,
 )
+from onceflow.coordinator.transaction.marker import TxnMarker
 from onceflow.coordinator.transaction.metadata import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -59,11 +59,14 @@ from onceflow.coordinator.transaction.metadata import (
     TransactionMetadata,
     TxnTransit,
 )
+from onceflow.coordinator.transaction.prepared_group import ANSWER as MEMBER_ANSWER
+from onceflow.coordinator.transaction.prepared_group import Standing, refusal, standing
 from onceflow.coordinator.transaction.producer_ids import ProducerIdManager
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.coordinator.write_failures import WriteFailureLog, storage_error_code
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.failpoints import failpoint
+from onceflow.protocol.coordinator_key import coordinator_partition
 from onceflow.records.builder import build_batch
 from onceflow.retry import Backoff, retry_async
 
@@ -107,6 +110,12 @@ class MarkerWriter(Protocol):
         partitions: frozenset[TopicPartition],
     ) -> None: ...
 
+    async def write_marker_group(
+        self, markers: Sequence[TxnMarker], coordinator_epoch: int
+    ) -> None:
+        """Markers of transactions decided together, appended in one step per broker."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class TxnCoordinatorConfig:
@@ -130,8 +139,7 @@ class InitResult:
 
 def txn_partition_for(transactional_id: str, num_partitions: int) -> int:
     """Kafka's mapping: abs(String.hashCode) (with MIN_VALUE as 0) modulo the count."""
-    h = java_string_hash(transactional_id)
-    return (0 if h == -(2**31) else abs(h)) % num_partitions
+    return coordinator_partition(transactional_id, num_partitions)
 
 
 class TransactionCoordinator:
@@ -302,6 +310,9 @@ class TransactionCoordinator:
         if not self._partitions.finish(partition, token):
             return  # unloaded, or loaded again, meanwhile
         self.txns.update(loaded)
+        # Two-phase transactions found decided may have been decided together (a
+        # CompleteTransactions): their markers are written together again.
+        together: dict[bool, list[TransactionMetadata]] = {True: [], False: []}
         for meta in loaded.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info(
@@ -310,7 +321,14 @@ class TransactionCoordinator:
                     meta.transactional_id,
                     partition,
                 )
-                self._start_finish(meta, meta.state == TxnState.PREPARE_COMMIT)
+                commit = meta.state == TxnState.PREPARE_COMMIT
+                if meta.two_phase:
+                    together[commit].append(meta)
+                else:
+                    self._start_finish(meta, commit)
+        for commit, metas in together.items():
+            if metas:
+                self._start_finish_all(metas, commit)
         if not force:
             log.info(
                 "transaction coordinator: loaded %d transactional ids of "
@@ -591,6 +609,56 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.none, next_producer_id, 0)
         return InitResult(ErrorCode.none, producer_id, producer_epoch + 1)
 
+    async def complete_prepared(
+        self, members: Sequence[tuple[str, int, int]], commit: bool
+    ) -> tuple[ErrorCode, dict[str, ErrorCode]]:
+        """CompleteTransactions (Onceflow's own API): end the prepared two-phase
+        transactions `members` (transactional id, producer id, the epoch their records
+        carry) as one decision: one append of all their Prepare records, then their markers
+        in one step per broker (prepared_group.py has the rules). Each end bumps the
+        epoch, fencing whoever prepared it, and logs the prepared epoch as the last one, by
+        which a retry is known. The ids must share a partition of the log."""
+        ids = [txn_id for txn_id, _, _ in members]
+        if not ids or not all(ids) or len(set(ids)) != len(ids):
+            return ErrorCode.invalid_request, {}
+        partition = self.partition_for(ids[0])
+        if any(self.partition_for(txn_id) != partition for txn_id in ids):
+            return ErrorCode.invalid_request, {}
+        status = self._status(ids[0])
+        if status is not None:
+            return status, {}
+        for txn_id in ids:
+            await self._wait_for_end(txn_id)  # a retry right after the first call
+        standings = {
+            txn_id: standing(self.txns.get(txn_id), pid, epoch, commit)
+            for txn_id, pid, epoch in members
+        }
+        refused = refusal(standings, commit)
+        if refused is not None:
+            return ErrorCode.none, refused
+        now = self._clock.now_ms()
+        moves = []
+        for txn_id, _, epoch in members:
+            if standings[txn_id] is Standing.OPEN:
+                meta = self.txns[txn_id]
+                bumped = meta.producer_epoch + (1 if meta.producer_epoch < MAX_EPOCH else 0)
+                changes: dict[str, object] = {
+                    "producer_epoch": bumped,
+                    "last_producer_epoch": epoch,
+                    "kept_epoch": NO_PRODUCER_EPOCH,
+                    "update_ms": now,
+                }
+                target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+                moves.append((meta, target, changes))
+        if moves:
+            metas = [meta for meta, _, _ in moves]
+            error = await self._transition_all(
+                moves, lambda: self._start_finish_all(metas, commit, "client")
+            )
+            if error is not ErrorCode.none:
+                return error, {}
+        return ErrorCode.none, {txn_id: MEMBER_ANSWER[s] for txn_id, s in standings.items()}
+
     def verify(
         self,
         transactional_id: str | None,
@@ -748,87 +816,109 @@ class TransactionCoordinator:
     def _start_finish(
         self, meta: TransactionMetadata, commit: bool, reason: str | None = None
     ) -> None:
-        """Registered at once (not when the task first runs), so a request that arrives
-        before the task starts still finds the transaction ending. A decision taken now
-        (`reason`: client, timeout or fencing; None for one found in the log at a load)
-        is counted for the metrics.
+        self._start_finish_all([meta], commit, reason)
 
-        The markers carry the coordinator epoch of the id's partition as it is now; an
+    def _start_finish_all(
+        self, metas: list[TransactionMetadata], commit: bool, reason: str | None = None
+    ) -> None:
+        """Finish transactions of one decision (one, or the members of a
+        CompleteTransactions) in one task: their markers are written together.
+
+        Registered at once (not when the task first runs), so a request that arrives
+        before the task starts still finds them ending. A decision taken now (`reason`:
+        client, timeout or fencing; None for one found in the log at a load) is counted
+        for the metrics.
+
+        The markers carry the coordinator epoch of the ids' partition as it is now; an
         unload (or a reload at a newer epoch) cancels the task."""
         failpoint("txn.after_prepare")
         if reason is not None:
             if commit:
-                self.commits += 1
+                self.commits += len(metas)
             else:
-                self.aborts[reason] += 1
-        txn_id = meta.transactional_id
-        epoch = self.coordinator_epoch_for(self.partition_for(txn_id))
+                self.aborts[reason] += len(metas)
+        epoch = self.coordinator_epoch_for(self.partition_for(metas[0].transactional_id))
         if epoch is None:
             epoch = self.coordinator_epoch
         ending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ending[txn_id] = ending
-        task = asyncio.ensure_future(self._finish(meta, commit, epoch))
+        task = asyncio.ensure_future(self._finish(metas, commit, epoch))
         self._tasks.add(task)
-        self._finishing[txn_id] = task
+        for meta in metas:
+            self._ending[meta.transactional_id] = ending
+            self._finishing[meta.transactional_id] = task
 
         def finished(done: asyncio.Task[None]) -> None:
             # A callback, not a finally: it also runs for a task cancelled before it started.
             self._tasks.discard(done)
-            if self._finishing.get(txn_id) is done:
-                del self._finishing[txn_id]
-            if self._ending.get(txn_id) is ending:
-                del self._ending[txn_id]
+            for meta in metas:
+                txn_id = meta.transactional_id
+                if self._finishing.get(txn_id) is done:
+                    del self._finishing[txn_id]
+                if self._ending.get(txn_id) is ending:
+                    del self._ending[txn_id]
             if not ending.done():
                 ending.set_result(None)
             if not done.cancelled() and done.exception() is not None:
+                names = ", ".join(m.transactional_id for m in metas)
                 log.error(
-                    "finishing the transaction of %s failed", txn_id, exc_info=done.exception()
+                    "finishing the transaction of %s failed", names, exc_info=done.exception()
                 )
 
         task.add_done_callback(finished)
 
-    async def _finish(self, meta: TransactionMetadata, commit: bool, epoch: int) -> None:
-        """Write every marker, then log the Complete state; retry until both succeed, or
-        until the id is no longer served here (whoever loads its partition next finishes
-        the transaction from the log).
+    async def _finish(self, metas: list[TransactionMetadata], commit: bool, epoch: int) -> None:
+        """Write every marker, then log the Complete states; retry until both succeed, or
+        until the ids are no longer served here (whoever loads their partition next
+        finishes the transactions from the log).
 
         A marker write under way when the task is cancelled (an unload) is shielded and
         runs to its end: the broker then has nothing half done to clean up."""
 
         def served() -> bool:
-            return not self._closed and self._is_current(meta)
+            return not self._closed and all(self._is_current(meta) for meta in metas)
+
+        def marker_write() -> Awaitable[None]:
+            if len(metas) == 1:
+                meta = metas[0]
+                return self._markers.write_markers(
+                    meta.producer_id, meta.producer_epoch, epoch, commit, frozenset(meta.partitions)
+                )
+            markers = [
+                TxnMarker(m.producer_id, m.producer_epoch, commit, frozenset(m.partitions))
+                for m in metas
+            ]
+            return self._markers.write_marker_group(markers, epoch)
 
         async def write_markers() -> bool:
-            write = asyncio.ensure_future(
-                self._markers.write_markers(
-                    meta.producer_id,
-                    meta.producer_epoch,
-                    epoch,
-                    commit,
-                    frozenset(meta.partitions),
-                )
-            )
+            write = asyncio.ensure_future(marker_write())
             self._tasks.add(write)  # cancelled at close, like every task of the coordinator
             write.add_done_callback(self._tasks.discard)
             write.add_done_callback(_consume_result)
             try:
                 await asyncio.shield(write)
             except Exception as exc:
-                self._marker_failures.failed(meta.transactional_id, exc)
+                self._marker_failures.failed(metas[0].transactional_id, exc)
                 return False
             return True
 
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
 
         async def complete() -> ErrorCode:
-            return await self._transition(
-                meta,
-                target,
-                partitions=frozenset(),
-                update_ms=self._clock.now_ms(),
-                kept_epoch=NO_PRODUCER_EPOCH,
-                **_rollover(meta),
-            )
+            now = self._clock.now_ms()
+            moves = [
+                (
+                    meta,
+                    target,
+                    {
+                        "partitions": frozenset(),
+                        "update_ms": now,
+                        "kept_epoch": NO_PRODUCER_EPOCH,
+                        **_rollover(meta),
+                    },
+                )
+                for meta in metas
+            ]
+            return await self._transition_all(moves, None)
 
         # Read here, not at import: the tests shorten them.
         backoff = Backoff(RETRY_BACKOFF_S, factor=2, max_s=MAX_RETRY_BACKOFF_S)
@@ -836,7 +926,9 @@ class TransactionCoordinator:
             write_markers, backoff, retry_if=lambda written: not written, keep_going=served
         ):
             self._marker_failures.succeeded()
-            self.markers_written["commit" if commit else "abort"] += len(meta.partitions)
+            self.markers_written["commit" if commit else "abort"] += sum(
+                len(meta.partitions) for meta in metas
+            )
         failpoint("txn.before_complete")
         if served():
             await retry_async(
@@ -858,33 +950,47 @@ class TransactionCoordinator:
         then: Callable[[], None] | None,
         changes: dict[str, object],
     ) -> ErrorCode:
-        """prepare -> log append -> complete (then `then`), shielded from cancellation: the
-        caller going away must never leave the pending state set with the record logged."""
-        transit = meta.prepare(state, **changes)
+        return await self._transition_all([(meta, state, changes)], then)
+
+    async def _transition_all(
+        self,
+        moves: list[tuple[TransactionMetadata, TxnState, dict[str, object]]],
+        then: Callable[[], None] | None,
+    ) -> ErrorCode:
+        """prepare -> log append -> complete (then `then`) for ids of one log partition,
+        all in one append (one record batch: all logged or none), shielded from
+        cancellation: the caller going away must never leave a pending state set with
+        its record logged."""
+        metas = [meta for meta, _, _ in moves]
+        transits = [meta.prepare(state, **changes) for meta, state, changes in moves]
+
+        def abandon() -> None:
+            for meta in metas:
+                meta.abandon()
 
         async def write() -> ErrorCode:
-            if not self._is_current(meta):  # unloaded before the append could start
-                meta.abandon()
+            if not all(self._is_current(meta) for meta in metas):  # unloaded meanwhile
+                abandon()
                 return ErrorCode.not_coordinator
             try:
-                await self._append(transit)
+                await self._append_all(transits)
             except Exception as exc:
-                meta.abandon()
+                abandon()
                 code = storage_error_code(exc)
+                names = ", ".join(m.transactional_id for m in metas)
                 if code is None:
-                    log.warning(
-                        "transaction log append for %s failed: %s", meta.transactional_id, exc
-                    )
+                    log.warning("transaction log append for %s failed: %s", names, exc)
                     return ErrorCode.coordinator_not_available
-                self._log_failures.failed(meta.transactional_id, exc)
+                self._log_failures.failed(names, exc)
                 return code
             self._log_failures.succeeded()
-            if not self._is_current(meta):
+            if not all(self._is_current(meta) for meta in metas):
                 # Unloaded during the append (Kafka: the coordinator epoch changed): the
-                # record is in the log for the next load, the caller finds a coordinator.
-                meta.abandon()
+                # records are in the log for the next load, the caller finds a coordinator.
+                abandon()
                 return ErrorCode.not_coordinator
-            meta.complete(transit)
+            for meta, transit in zip(metas, transits, strict=True):
+                meta.complete(transit)
             if then is not None:
                 then()
             return ErrorCode.none
@@ -895,10 +1001,15 @@ class TransactionCoordinator:
         return await asyncio.shield(task)
 
     async def _append(self, transit: TxnTransit, tombstone: bool = False) -> None:
-        key = encode_key(transit.transactional_id)
-        value = None if tombstone else encode_value(transit)
-        batch = build_batch([(key, value, ())], timestamp_ms=self._clock.now_ms())
-        partition = self.partition_for(transit.transactional_id)
+        await self._append_all([transit], tombstone)
+
+    async def _append_all(self, transits: list[TxnTransit], tombstone: bool = False) -> None:
+        records = [
+            (encode_key(t.transactional_id), None if tombstone else encode_value(t), ())
+            for t in transits
+        ]
+        batch = build_batch(records, timestamp_ms=self._clock.now_ms())
+        partition = self.partition_for(transits[0].transactional_id)
         # In flight until it ends: a load of the partition reads only after it.
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         in_flight = self._appending.setdefault(partition, set())
