@@ -79,7 +79,7 @@ def instrument(steps: Steps) -> None:
     steps.wrap(TwoPhaseProducer, "prepare", "prepare (flush + wait)")
     steps.wrap(writer.Ledger, "read", "ledger read")
     steps.wrap(writer.Ledger, "ensure_topic", "ledger topic check")
-    steps.wrap(writer, "complete_all", "complete (driver)")
+    steps.wrap(writer, "complete_decided", "complete (driver)")
     steps.wrap(writer, "not_open", "check prepared still open (driver)")
     steps.wrap(batch_commit.DecisionLog, "record", "record decision (driver)")
 
@@ -87,12 +87,15 @@ def instrument(steps: Steps) -> None:
 def one_task(bootstrap: str, atomicity: str, rows: int) -> dict[str, float]:
     topic = f"profile-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, 2)
+    client = {"bootstrap.servers": bootstrap}
     config = SinkConfig(
-        client_config={"bootstrap.servers": bootstrap},
+        client_config=client,
         columns=SinkColumns(value="value", key="key"),
         topic=topic,
         sink_id=f"profile-{uuid.uuid4().hex[:8]}",
         atomicity="batch" if atomicity == "batch" else "task",
+        # as the writer decides it on the driver: the tasks' ids on one coordinator
+        colocated=batch_commit.colocation(client, "profile") if atomicity == "batch" else None,
     )
     assert config.sink_id is not None
     batches: Iterator[pa.RecordBatch] = iter(arrow_batches(rows))
