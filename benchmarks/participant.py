@@ -1,5 +1,6 @@
 """Figure 10: the participant client (onceflow.client.participant) against confluent-kafka's
-transactional producer, same broker, same run.
+transactional producer, same broker, same run; the participant both record by record
+(`produce`) and with columns (`produce_columns`, the per-batch Spark sink's path).
 
 Both write `messages` values to partition 0 of a new topic in one transaction, acks=all,
 ~1 MB batches, the producer initialised and the topic's metadata fetched before the clock
@@ -21,7 +22,7 @@ from onceflow.bench import (
     produce_transactional,
     transactional_producer,
 )
-from onceflow.client.participant import TwoPhaseProducer, complete
+from onceflow.client.participant import BinaryColumn, TwoPhaseProducer, complete
 
 __all__ = ["TWO_PC", "participant_figures", "participant_run"]
 
@@ -46,6 +47,28 @@ def participant_run(bootstrap: str, topic: str, messages: int, value_bytes: int)
     return time.perf_counter() - start
 
 
+def columns_run(bootstrap: str, topic: str, messages: int, value_bytes: int) -> float:
+    """`participant_run` with the values handed over as columns of 10,000 (as a Spark task's
+    Arrow batches) through `produce_columns`; building the columns is not timed."""
+    chunk = 10_000
+    columns = [
+        BinaryColumn.of([b"v" * value_bytes] * min(chunk, messages - start))
+        for start in range(0, messages, chunk)
+    ]
+    with TwoPhaseProducer(bootstrap, f"bench-2pc-{uuid.uuid4().hex[:8]}", **SETTINGS) as producer:
+        producer.init()
+        producer.begin()
+        producer.produce(topic, b"v" * value_bytes, partition=0)
+        producer.commit()
+        start = time.perf_counter()
+        producer.begin()
+        for values in columns:
+            producer.produce_columns(topic, values, partition=0)
+        prepared = producer.prepare()
+    complete(prepared, True, bootstrap_servers=bootstrap, **SETTINGS)
+    return time.perf_counter() - start
+
+
 def confluent_run(bootstrap: str, topic: str, messages: int, value_bytes: int) -> float:
     producer = transactional_producer(bootstrap, f"bench-txn-{uuid.uuid4().hex[:8]}")
     return produce_transactional(
@@ -59,9 +82,13 @@ def participant_figures(messages: int, repeat: int) -> dict[str, float]:
     broker = OnceflowBroker(TWO_PC)
     try:
         for value_bytes in (KIB, 100):
-            runs: dict[str, list[float]] = {"participant": [], "confluent": []}
+            runs: dict[str, list[float]] = {"participant": [], "columns": [], "confluent": []}
             for i in range(repeat):
-                for client, run in (("participant", participant_run), ("confluent", confluent_run)):
+                for client, run in (
+                    ("participant", participant_run),
+                    ("columns", columns_run),
+                    ("confluent", confluent_run),
+                ):
                     topic = f"participant-{client}-{value_bytes}-{i}"
                     create_topic(broker.bootstrap, topic)
                     runs[client].append(run(broker.bootstrap, topic, messages, value_bytes))
@@ -71,10 +98,13 @@ def participant_figures(messages: int, repeat: int) -> dict[str, float]:
                     messages * value_bytes / 1e6 / median
                 )
                 out[f"participant_produce_{value_bytes}B_{client}_msgps"] = messages / median
-            out[f"participant_produce_{value_bytes}B_ratio_to_confluent"] = statistics.median(
-                ref / measured
-                for ref, measured in zip(runs["confluent"], runs["participant"], strict=True)
-            )
+            for client, suffix in (("participant", ""), ("columns", "_columns")):
+                out[f"participant_produce_{value_bytes}B{suffix}_ratio_to_confluent"] = (
+                    statistics.median(
+                        ref / measured
+                        for ref, measured in zip(runs["confluent"], runs[client], strict=True)
+                    )
+                )
     finally:
         broker.close()
     return out

@@ -19,6 +19,8 @@ FIGURES = (
     "participant_produce_1024B_participant_MBps",
     "participant_produce_100B_confluent_msgps",
     "participant_produce_1024B_ratio_to_confluent",
+    "participant_produce_100B_columns_msgps",
+    "participant_produce_100B_columns_ratio_to_confluent",
     "consume_read_uncommitted_MBps",
     "disk_durable_write_MBps",
     "disk_sustained_write_MBps",

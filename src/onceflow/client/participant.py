@@ -27,7 +27,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from onceflow.client.errors import ClientError, ConfigError, KafkaApiError
+from onceflow.client.participant_columns import (
+    BinaryColumn,
+    Chunk,
+    by_partition,
+    partition_target,
+)
 from onceflow.client.participant_link import (
     Identity,
     Link,
@@ -47,6 +56,7 @@ from onceflow.errors import ErrorCode
 from onceflow.records.record import Header
 
 __all__ = [
+    "BinaryColumn",
     "PreparedTransaction",
     "StalePreparedTransaction",
     "TransactionStateError",
@@ -219,6 +229,39 @@ class TwoPhaseProducer:
         full = self._accumulator.append((topic, partition), record, ts)
         self._records += 1
         if full or (self._records % _LINGER_CHECK_EVERY == 0 and self._accumulator.lingering()):
+            self._send(everything=False)
+
+    def produce_columns(
+        self,
+        topic: str,
+        values: BinaryColumn,
+        keys: BinaryColumn | None = None,
+        partition: int | npt.NDArray[np.int64] | None = None,
+        headers: BinaryColumn | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        """Queue `len(values)` records at once, given as columns (e.g. Arrow buffers): what
+        `produce` does per record, with numpy work per call instead. `partition` is one
+        for all, or one per record (-1: none); `headers` holds each record's encoded
+        headers section (`onceflow.records.columnar.header_sections`). Records without a
+        partition go by key (murmur2, as `produce`); keyless ones of one call all go to
+        one partition, the next in turn at each call (sticky, as Kafka's partitioner)."""
+        if not self._in_transaction or self._prepared or self._fatal or self._abortable:
+            self._refuse("produce")
+        if not len(values):
+            return
+        leaders = self._link.partitions.get(topic)
+        if leaders is None:
+            leaders = self._call(lambda: self._leaders(topic))
+        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        chunk = Chunk.checked(values, keys, headers, ts)
+        target = partition_target(partition, len(values), len(leaders), topic)
+        keyless = next(self._next_partition.setdefault(topic, itertools.count())) % len(leaders)
+        for number, part in by_partition(chunk, len(leaders), target, keyless):
+            for _full in self._accumulator.append_chunk((topic, number), part):
+                self._send(everything=False)
+        self._records += len(values)
+        if self._accumulator.lingering():
             self._send(everything=False)
 
     def flush(self) -> None:

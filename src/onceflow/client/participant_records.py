@@ -1,6 +1,7 @@
 """The participant client's pure half: choosing a partition, and gathering records into one
 open batch per partition that is sealed into v2 record-batch bytes (with its sequence)
-only when it is sent.
+only when it is sent. Records come one by one (`append`) or as columns (`append_chunk`);
+either way a batch is encoded whole, from columns, by `onceflow.records.columnar`.
 
 Sequences are given at sealing, as Kafka's producer gives them when it drains a batch, so
 an abort that drops unsent records leaves no gap; a sealed batch keeps its bytes and its
@@ -13,10 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from onceflow.records.builder import RecordInput, build_batch
+from onceflow.client.participant_columns import RECORD_OVERHEAD, Chunk, split_at_size
+from onceflow.records.builder import RecordInput
+from onceflow.records.columnar import build_column_batch
 from onceflow.records.compression import Compression
+from onceflow.records.record import Header
 
 __all__ = [
     "Accumulator",
@@ -32,7 +37,6 @@ TopicPartition = tuple[str, int]
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 _SEED = 0x9747B28C
-RECORD_OVERHEAD = 24  # a record's varints and attributes, roughly: for batch.size only
 
 
 def murmur2(data: bytes) -> int:
@@ -68,12 +72,32 @@ def kafka_partition(key: bytes, partitions: int) -> int:
 
 @dataclass(slots=True)
 class OpenBatch:
-    """Records of one partition not yet sealed; `size` estimates the batch's bytes."""
+    """Records of one partition not yet sealed: chunks given as columns, then the records
+    appended one by one since (kept as columns of Python values until sealed or until a
+    chunk follows them); `size` estimates the batch's bytes."""
 
     created: float
-    records: list[RecordInput] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[Sequence[Header]] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
+    with_headers: bool = False
     size: int = 0
+    count: int = 0
+    closed: bool = False  # takes no more records: the next did not fit
+
+    def rows_to_chunk(self) -> None:
+        if self.values:
+            headers = self.headers if self.with_headers else None
+            self.chunks.append(Chunk.of_rows(self.keys, self.values, headers, self.timestamps))
+            self.keys, self.values, self.headers, self.timestamps = [], [], [], []
+            self.with_headers = False
+
+    def chunk(self) -> Chunk:
+        """All the batch's records as one chunk."""
+        self.rows_to_chunk()
+        return Chunk.concat(self.chunks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +126,54 @@ class Accumulator:
 
     def append(self, tp: TopicPartition, record: RecordInput, timestamp_ms: int) -> bool:
         """Add a record; whether its partition's batch is now full."""
+        batch = self._open(tp)
+        key, value, headers = record
+        batch.keys.append(key)
+        batch.values.append(value)
+        batch.headers.append(headers)
+        batch.timestamps.append(timestamp_ms)
+        batch.count += 1
+        batch.size += RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+        if headers:
+            batch.with_headers = True
+            batch.size += sum(len(k) + len(v or b"") for k, v in headers)
+        return batch.size >= self.batch_size
+
+    def room(self, tp: TopicPartition) -> int:
+        """Bytes the open batch of `tp` may still take."""
+        batch = self.open.get(tp)
+        return self.batch_size - (batch.size if batch else 0)
+
+    def append_chunk(self, tp: TopicPartition, chunk: Chunk) -> Iterator[None]:
+        """Add records given as columns, in pieces that fill batches to `batch_size`;
+        yields whenever the open batch is full, to be sealed before the next piece."""
+        sizes = chunk.record_sizes()
+        cuts = split_at_size(sizes, self.room(tp), self.batch_size).tolist()
+        start = 0
+        for i, stop in enumerate(cuts):
+            batch = self._open(tp)
+            if stop > start:
+                batch.rows_to_chunk()
+                batch.chunks.append(chunk.slice(start, stop))
+                batch.count += stop - start
+                batch.size += int(sizes[start:stop].sum())
+            if i < len(cuts) - 1:
+                batch.closed = True  # the next piece starts a batch of its own
+            if batch.closed or batch.size >= self.batch_size:
+                yield
+            start = stop
+
+    def close(self, tp: TopicPartition) -> None:
+        """The open batch of `tp` is sealed at the next `seal`, full or not."""
+        batch = self.open.get(tp)
+        if batch is not None:
+            batch.closed = True
+
+    def _open(self, tp: TopicPartition) -> OpenBatch:
         batch = self.open.get(tp)
         if batch is None:
             batch = self.open[tp] = OpenBatch(time.monotonic())
-        batch.records.append(record)
-        batch.timestamps.append(timestamp_ms)
-        key, value, headers = record
-        batch.size += RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-        if headers:
-            batch.size += sum(len(k) + len(v or b"") for k, v in headers)
-        return batch.size >= self.batch_size
+        return batch
 
     def seal(self, producer_id: int, epoch: int, *, everything: bool) -> None:
         """Seal the open batches that are full or have lingered (all with `everything`):
@@ -119,22 +181,27 @@ class Accumulator:
         now = time.monotonic()
         for tp, batch in list(self.open.items()):
             if not (
-                everything or batch.size >= self.batch_size or now - batch.created >= self.linger_s
+                everything
+                or batch.closed
+                or batch.size >= self.batch_size
+                or now - batch.created >= self.linger_s
             ):
                 continue
             del self.open[tp]
             sequence = self.next_sequence.get(tp, 0)
-            count = len(batch.records)
-            data = build_batch(
-                batch.records,
-                timestamp_ms=batch.timestamps[0],
-                timestamps=batch.timestamps,
+            records = batch.chunk()
+            data = build_column_batch(
+                records.values,
+                records.keys,
+                timestamps=records.timestamps,
+                headers=records.headers,
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 base_sequence=sequence,
                 transactional=True,
                 compression=self.compression,
             )
+            count = len(records)
             self.next_sequence[tp] = (sequence + count) & 0x7FFFFFFF
             with self._lock:
                 self.sealed.setdefault(tp, deque()).append(SealedBatch(tp, sequence, count, data))

@@ -49,7 +49,10 @@ Options (case-insensitive, as Spark passes them):
 - `atomicity`: `batch` or `task`; default the strongest the broker supports, decided on the
   driver at the start (`choose_atomicity`).
 
-Rows reach the sink as Arrow record batches; columns are read with one `to_pylist()` each.
+Rows reach the sink as Arrow record batches. Per batch, the participant client takes the
+Arrow buffers of each batch as they are (`_produce_columns`: no Python work per row but for
+headers); per task, columns are read with one `to_pylist()` each and produced row by row
+into confluent-kafka.
 """
 
 from __future__ import annotations
@@ -84,16 +87,17 @@ from pyspark.sql.types import (
 
 from onceflow.client.errors import ClientError
 from onceflow.client.participant import (
+    BinaryColumn,
     PreparedTransaction,
     StalePreparedTransaction,
     TwoPhaseProducer,
 )
+from onceflow.client.participant_columns import header_sections
 from onceflow.spark.access import KafkaAccessError
 from onceflow.spark.batch_commit import (
     Atomicity,
     Decision,
     DecisionLog,
-    ParticipantRows,
     choose_atomicity,
     colocation,
     complete_all,
@@ -539,7 +543,7 @@ def prepare_task(
             producer.init()  # fences older attempts of the task and aborts what they left
             producer.begin()
             try:
-                records, topics = _produce_all(ParticipantRows(producer), config, rows)
+                records, topics = _produce_columns(producer, config, rows)
                 prepared = producer.prepare()
             except BaseException:
                 with contextlib.suppress(Exception):
@@ -592,7 +596,7 @@ def _producer_config(config: SinkConfig, txn_id: str, errors: list[KafkaError]) 
 
 
 def _produce_all(
-    producer: Producer | ParticipantRows, config: SinkConfig, batches: Iterable[pa.RecordBatch]
+    producer: Producer, config: SinkConfig, batches: Iterable[pa.RecordBatch]
 ) -> tuple[int, set[str]]:
     """Produce every row. Columns are converted with one to_pylist() each, not row by row;
     the common row (no partition, no headers) is one positional produce() call."""
@@ -643,6 +647,84 @@ def _produce_all(
                 topics.add(topic)
         producer.poll(0)
     return records, topics
+
+
+def _produce_columns(
+    producer: TwoPhaseProducer, config: SinkConfig, batches: Iterable[pa.RecordBatch]
+) -> tuple[int, set[str]]:
+    """Produce every row through the participant client from the Arrow buffers: keys and
+    values as they are, partitions as one numpy array, one call per Arrow batch and topic
+    (a topic column is split with Arrow's own filter)."""
+    import pyarrow.compute as pc
+
+    cols = config.columns
+    records = 0
+    topics: set[str] = set()
+    for rb in batches:
+        if not rb.num_rows:
+            continue
+        if config.topic is not None:
+            groups: Iterable[tuple[str, pa.RecordBatch]] = [(config.topic, rb)]
+        else:
+            assert cols.topic is not None  # sink_config checked there is one
+            column = rb.column(cols.topic)
+            if column.null_count:
+                first = column.is_null().index(True).as_py()
+                raise SinkDataError(
+                    f"row {records + first} has a null topic and no 'topic' option is set"
+                )
+            groups = [
+                (name, rb.filter(pc.equal(column, name))) for name in column.unique().to_pylist()
+            ]
+        for topic, part in groups:
+            producer.produce_columns(
+                topic,
+                _binary_column(part.column(cols.value)),
+                keys=_binary_column(part.column(cols.key)) if cols.key else None,
+                partition=_partitions(part.column(cols.partition)) if cols.partition else None,
+                headers=_headers_column(part.column(cols.headers)) if cols.headers else None,
+            )
+            topics.add(topic)
+        records += rb.num_rows
+    return records, topics
+
+
+def _binary_column(array: pa.Array) -> BinaryColumn:
+    """An Arrow binary or string array's buffers as a BinaryColumn, without a copy."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(array)
+    large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    _validity, offsets_buffer, data_buffer = array.buffers()
+    width = np.dtype(np.int64 if large else np.int32)
+    offsets = np.frombuffer(offsets_buffer, width, n + 1, array.offset * width.itemsize)
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer else np.zeros(0, np.uint8)
+    valid = array.is_valid().to_numpy(zero_copy_only=False) if array.null_count else None
+    return BinaryColumn.from_buffers(data, offsets, valid)
+
+
+def _partitions(array: pa.Array) -> Any:
+    """The partition column as int64, -1 for a null (the default partitioning)."""
+    import numpy as np
+
+    return array.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _headers_column(array: pa.Array) -> BinaryColumn:
+    """Each row's headers section, encoded row by row: headers have no columnar path."""
+    rows = array.to_pylist()
+    return header_sections(
+        [
+            [
+                (h["key"], h["value"].encode() if isinstance(h["value"], str) else h["value"])
+                for h in hdrs
+            ]
+            if hdrs
+            else None
+            for hdrs in rows
+        ]
+    )
 
 
 def _abort_quietly(producer: Producer, task: SinkTask, timeout_s: float) -> None:
