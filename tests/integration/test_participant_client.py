@@ -281,3 +281,16 @@ def test_a_prepared_transaction_survives_kill_9_of_the_broker(tmp_path: Path) ->
         restored = PreparedTransaction.from_json(json.loads(stored)["prepared"])
         complete(restored, True, bootstrap_servers=broker.bootstrap)
         assert read_committed(broker.bootstrap, topic) == expected_by_partition(500)
+
+
+@pytest.mark.broker_overrides(TWO_PC)
+def test_a_topic_that_does_not_exist_yet_is_created_on_first_use(broker: BrokerProcess) -> None:
+    """As Kafka's producers ask Metadata (allow.auto.create.topics), so that the per-batch
+    Spark sink writes to a new topic as the per-task one does."""
+    topic = f"participant-new-{time.monotonic_ns()}"
+    with TwoPhaseProducer(broker.bootstrap, "participant-new-topic") as producer:
+        producer.init()
+        producer.begin()
+        producer.produce(topic, b"first", key=b"k")
+        complete(producer.prepare(), True, bootstrap_servers=broker.bootstrap)
+    assert read_committed(broker.bootstrap, topic, partitions=1) == {0: [b"first"]}

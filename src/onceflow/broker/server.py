@@ -325,10 +325,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     log.exception("deferred response to %s failed", self.peer)
                     self.abort("internal error")
                     return
-            head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
-            parts: list[Any] = (
-                result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
-            )
+            try:
+                head = codec.response_header(
+                    header.api_key, header.api_version, header.correlation_id
+                )
+                parts: list[Any] = (
+                    result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
+                )
+            except Exception:
+                # A response its schema refuses is a broker bug: say so and close, rather
+                # than leave the client waiting for an answer that never comes.
+                log.exception("encoding the response to %s failed", self.peer)
+                self.abort("internal error")
+                return
             sent = await self._send(loop, head, parts)
             self._in_flight -= 1
             if metrics is not None:

@@ -101,11 +101,12 @@ class Cluster:
 
     # ---- metadata --------------------------------------------------------------------
 
-    def metadata(self, topics: list[str] | None = None) -> Metadata:
+    def metadata(self, topics: list[str] | None = None, *, auto_create: bool = False) -> Metadata:
         """Brokers and partition leaders, of all topics (None) or of named ones.
 
         Named topics are asked for without auto-creation where the version allows, so a
-        typo does not create a topic on a broker that auto-creates.
+        typo does not create a topic on a broker that auto-creates; a producer asks with
+        `auto_create`, as Kafka's producers do (`allow.auto.create.topics`).
         """
         connection = self.bootstrap
         version = connection.version_for(ApiKey.METADATA)
@@ -120,7 +121,7 @@ class Cluster:
         request = build(
             request_type(ApiKey.METADATA, version),
             topics=wanted,
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=auto_create,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )

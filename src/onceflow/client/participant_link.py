@@ -73,6 +73,8 @@ class Link:
         self._cluster: Cluster | None = None
         self._coordinator: Connection | None = None
         self.partitions: dict[str, dict[int, int]] = {}  # topic -> partition -> leader
+        # A producer's topics are created on first use where the broker auto-creates.
+        self.auto_create = True
 
     @property
     def wire(self) -> Cluster:
@@ -102,11 +104,21 @@ class Link:
         """Partition -> leader of `topic`, from Metadata when not known yet."""
         known = self.partitions.get(topic)
         if known is None:
-            metadata = self.wire.metadata([topic])
-            error = metadata.topic_errors.get(topic)
-            if error is not None:
+
+            def ask() -> tuple[int, dict[int, int]]:
+                # A broker that auto-creates answers LEADER_NOT_AVAILABLE while it does.
+                metadata = self.wire.metadata([topic], auto_create=self.auto_create)
+                error = metadata.topic_errors.get(topic)
+                if error is not None:
+                    return error, {}
+                return ErrorCode.none, metadata.leaders[topic]
+
+            error, leaders = retrying(
+                ask, lambda got: ErrorCode(got[0]).retriable, self.timeout_s, self.backoff_s
+            )
+            if error != ErrorCode.none:
                 raise KafkaApiError(error, f"topic {topic}: {ErrorCode(error).name.upper()}")
-            known = self.partitions[topic] = metadata.leaders[topic]
+            known = self.partitions[topic] = leaders
         return known
 
     def forget(self, topics: Iterable[str]) -> None:

@@ -71,7 +71,6 @@ __all__ = [
     "Decision",
     "DecisionLog",
     "DecisionTooLarge",
-    "ParticipantRows",
     "broker_has_two_phase_commit",
     "choose_atomicity",
     "colocation",
@@ -337,27 +336,6 @@ def prepared_of(messages: Sequence[object]) -> dict[int, PreparedTransaction]:
         if text:
             out[int(getattr(m, "partition", -1))] = PreparedTransaction.from_json(text)
     return out
-
-
-class ParticipantRows:
-    """The participant producer behind the sink's produce loop (which speaks
-    confluent-kafka's `produce(topic, value, key, partition, headers=...)` and `poll`)."""
-
-    def __init__(self, producer: TwoPhaseProducer) -> None:
-        self._producer = producer
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | str | None,
-        key: bytes | str | None = None,
-        partition: int = -1,
-        headers: list[tuple[str, bytes | str | None]] | None = None,
-    ) -> None:
-        self._producer.produce(topic, value, key, None if partition < 0 else partition, headers)
-
-    def poll(self, _timeout: float) -> int:
-        return 0  # the participant sends on its own thread
 
 
 def read_decision(
