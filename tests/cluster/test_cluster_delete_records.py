@@ -19,7 +19,13 @@ from tests.helpers.clients import (
 )
 from tests.helpers.cluster import Cluster, ClusterBroker, cluster_fixture
 
-three = cluster_fixture(3, scope="module", overrides={"min.insync.replicas": "2"})
+# A paused follower stays registered (alive) for the session timeout: long enough that the
+# delete it holds up times out first, however slowly a loaded machine sends it.
+three = cluster_fixture(
+    3,
+    scope="module",
+    overrides={"min.insync.replicas": "2", "zookeeper.session.timeout.ms": "12000"},
+)
 T = 20.0
 
 

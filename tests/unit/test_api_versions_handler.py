@@ -14,6 +14,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol import api_versions
 from onceflow.protocol.api_versions import ADVERTISED_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from onceflow.protocol.codec import encode_body
+from onceflow.protocol.onceflow_apis import CLIENT_SOFTWARE_NAME, OWN_API_KEYS
 
 API = ApiKey.API_VERSIONS
 VERSIONS = range(SUPPORTED_VERSIONS[API][0], SUPPORTED_VERSIONS[API][1] + 1)
@@ -26,11 +27,19 @@ def test_kafka_4_1s_range() -> None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_version_lists_every_api(tmp_path: Path, version: int) -> None:
+    """Every Kafka API to every client; Onceflow's own only to Onceflow's clients (v3+)."""
+    kafka_apis = {k: v for k, v in ADVERTISED_VERSIONS.items() if k not in OWN_API_KEYS}
+
     async def body(h: Harness) -> None:
         response = await h.call(API, version, **SOFTWARE)
         assert response.error_code == ErrorCode.none
         listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        assert listed == ADVERTISED_VERSIONS
+        assert listed == kafka_apis
+        if version >= 3:
+            ours = {"client_software_name": CLIENT_SOFTWARE_NAME, "client_software_version": "1"}
+            response = await h.call(API, version, **ours)
+            listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            assert listed == ADVERTISED_VERSIONS
 
     run(tmp_path, body)
 

@@ -43,6 +43,16 @@ def run(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(make_coro())
 
 
+class NoShareGroups:
+    """The share coordinator of a broker without share groups (ListGroups, DeleteGroups)."""
+
+    def group_ids(self) -> list[str]:
+        return []
+
+    def is_share_group(self, _group_id: str) -> bool:
+        return False
+
+
 class StubBroker:
     node_id = 7
     advertised_host = "broker.example"
@@ -57,6 +67,7 @@ class StubBroker:
         )
         self.group_coordinator = GroupCoordinator(self.log, self.clock, config)
         self.partitions = {("t", 0), ("t", 1)}
+        self.share_coordinator = NoShareGroups()
 
     def has_partition(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.partitions

@@ -15,13 +15,18 @@ import socket
 import ssl
 from typing import Any
 
+from onceflow import __version__
 from onceflow.client.core import ConnectionCore, format_address
-from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable
+from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable, UnreadableResponse
 from onceflow.client.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslFailure
 from onceflow.client.wire import api_name
+from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.onceflow_apis import CLIENT_SOFTWARE_NAME, OWN_API_KEYS
 from onceflow.security.client_config import ClientSecurity
+
+OWN_VERSIONS_VERSION = 3  # the first ApiVersions that names the client software
 
 __all__ = ["DEFAULT_CLIENT_ID", "DEFAULT_TIMEOUT_S", "Connection", "tls_context"]
 
@@ -64,6 +69,7 @@ class Connection:
         self.address = format_address(host, port)
         self.security = security
         self.core = ConnectionCore(self.address, client_id, lenient=True)
+        self._own_versions_asked = False
         context = tls_context(security)
         try:
             sock = socket.create_connection((host, port), timeout=timeout_s)
@@ -97,8 +103,33 @@ class Connection:
 
     def version_for(self, api_key: int) -> int:
         """The highest version of an API both this client and the broker speak."""
+        if api_key in OWN_API_KEYS:
+            self.learn_own_versions()
         _ = self.versions
         return self.core.version_for(api_key)
+
+    def learn_own_versions(self) -> None:
+        """Onceflow's own APIs, which an Onceflow broker lists only to a client that names
+        itself as Onceflow's (ApiVersions v3, KIP-511's software name), asked once. A broker
+        that cannot say (not Onceflow, or older than Kafka 2.4) offers none."""
+        versions = self.versions
+        if self._own_versions_asked:
+            return
+        self._own_versions_asked = True
+        request = build(
+            request_type(ApiKey.API_VERSIONS, OWN_VERSIONS_VERSION),
+            client_software_name=CLIENT_SOFTWARE_NAME,
+            client_software_version=__version__,
+        )
+        try:
+            answer = self._round_trip(ApiKey.API_VERSIONS, OWN_VERSIONS_VERSION, request)
+        except (KafkaApiError, UnreadableResponse):
+            return
+        if answer.error_code != ErrorCode.none:
+            return
+        for entry in answer.api_keys:
+            if entry.api_key in OWN_API_KEYS:
+                versions[int(entry.api_key)] = (int(entry.min_version), int(entry.max_version))
 
     # ---- requests --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from onceflow.client.wire import api_name, request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.onceflow_apis import OWN_API_KEYS
 
 __all__ = [
     "Identity",
@@ -52,6 +53,8 @@ class Identity:
 
 def version(connection: Connection, api_key: int, lo: int, hi: int) -> int:
     """The highest version of `api_key` in lo..hi that the broker speaks."""
+    if api_key in OWN_API_KEYS:
+        connection.learn_own_versions()
     theirs = connection.versions.get(api_key)
     if theirs is None or theirs[1] < lo or theirs[0] > hi:
         offered = "none" if theirs is None else f"v{theirs[0]}-{theirs[1]}"
@@ -304,7 +307,9 @@ def complete_transactions(
 
 def offers_complete_transactions(link: Link, transactional_id: str) -> bool:
     """Whether the coordinator of `transactional_id` serves CompleteTransactions."""
-    return ApiKey.COMPLETE_TRANSACTIONS in link.coordinator(transactional_id).versions
+    connection = link.coordinator(transactional_id)
+    connection.learn_own_versions()
+    return ApiKey.COMPLETE_TRANSACTIONS in connection.versions
 
 
 def transaction_log_partitions(link: Link) -> int:

@@ -288,7 +288,7 @@ def _topic_keys() -> tuple[TopicKey, ...]:
         if f.type != log_fields[primary.attr].type:
             raise TypeError(f"TopicConfig.{f.name} must be typed as LogKeys.{primary.attr}")
         rows.append(TopicKey(declared.name, f.name, declared.doc, _LOG_KEY_GROUPS[primary.attr]))
-    return tuple(rows)
+    return tuple(sorted(rows, key=lambda row: row.name))  # listed by name, as Kafka lists them
 
 
 TOPIC_KEYS: tuple[TopicKey, ...] = _topic_keys()

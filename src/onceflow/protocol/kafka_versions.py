@@ -147,10 +147,12 @@ GAPS: dict[int, str] = {
     90: "v1 (Kafka 4.2: the lag) is served too",
     32000: (
         "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
-        "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API"
+        "transactions ended as one decision (protocol/onceflow_apis.py); no Kafka API. "
+        "Listed only to Onceflow's own clients (ApiVersions v3+ from onceflow-python)"
     ),
     32001: (
         "Onceflow's own TxnShareAcknowledge: share acknowledgements inside a transaction "
-        "(protocol/txn_share_acknowledge.py); no Kafka API"
+        "(protocol/txn_share_acknowledge.py); no Kafka API. Listed only to Onceflow's own "
+        "clients"
     ),
 }

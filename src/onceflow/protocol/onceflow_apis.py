@@ -108,3 +108,9 @@ RESPONSES: dict[tuple[int, int], type] = {
     (COMPLETE_TRANSACTIONS, 0): CompleteTransactionsResponse,
     _TXN_SHARE_ACK: tsa.TxnShareAcknowledgeResponse,
 }
+
+#: Onceflow's own API keys. ApiVersions lists them only to a client that names itself
+#: `CLIENT_SOFTWARE_NAME` (ApiVersions v3+): other clients never see a key they do not
+#: know (kafka-python's admin client, for one, fails on an unknown key).
+OWN_API_KEYS = frozenset(key for key, _ in REQUESTS)
+CLIENT_SOFTWARE_NAME = "onceflow-python"

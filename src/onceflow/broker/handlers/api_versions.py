@@ -4,7 +4,8 @@ the feature levels (KIP-584) it supports and has finalized.
 As Kafka's handleApiVersionsRequest: from v3 the client's software name and version must
 match Kafka's pattern, else INVALID_REQUEST with no API list; below v4 a supported feature
 whose minimum level is 0 is left out (KAFKA-17492: older clients cannot read it); a feature
-finalized at level 0 is never listed.
+finalized at level 0 is never listed. Onceflow's own APIs are listed only to its own
+clients (protocol/onceflow_apis.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from onceflow.protocol.api_versions import (
     ApiKey,
     finalized_features,
 )
+from onceflow.protocol.onceflow_apis import CLIENT_SOFTWARE_NAME, OWN_API_KEYS
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -45,9 +47,11 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
             api_keys=(),
             throttle_time=datetime.timedelta(0),
         )
+    ours = version >= 3 and request.client_software_name == CLIENT_SOFTWARE_NAME
     keys = tuple(
         ctx.entity("ApiVersion", api_key=key, min_version=lo, max_version=hi)
         for key, (lo, hi) in sorted(ADVERTISED_VERSIONS.items())
+        if ours or key not in OWN_API_KEYS
     )
     if version < _FEATURES:
         return ctx.response(
