@@ -10,6 +10,7 @@ live replica outside its ISR.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -35,6 +36,18 @@ def elect(cluster: Cluster, kind: int, topic: str) -> int:
     with WireCluster(cluster.bootstrap, T) as wire:
         results = elect_leaders(wire, kind, [(topic, 0)], int(T * 1000))
     return results[(topic, 0)][0]
+
+
+def wait_leaderless(cluster: Cluster, topic: str, timeout: float = 30.0) -> None:
+    """Until Metadata shows partition 0 of `topic` without a leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = ",".join(b.bootstrap for b in cluster.running())
+        with WireCluster(running, timeout_s=5.0) as wire:
+            if wire.metadata([topic]).leaders.get(topic, {}).get(0, -1) == -1:
+                return
+        assert time.monotonic() < deadline, f"{topic}-0 still has a leader"
+        time.sleep(0.1)
 
 
 def replicas(cluster: Cluster, topic: str) -> list[int]:
@@ -74,6 +87,7 @@ def test_an_unclean_election_elects_a_replica_outside_the_isr(
         cluster_factory, unclean=False
     )
     cluster.wait_unregistered([leader.broker_id])
+    wait_leaderless(cluster, topic)  # the controller has seen the death, not only ZooKeeper
     # The only ISR member is dead: a preferred election cannot help.
     assert elect(cluster, PREFERRED, topic) == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
     assert elect(cluster, UNCLEAN, topic) == KafkaError.NO_ERROR
