@@ -75,7 +75,36 @@ def build_batch(
         attributes |= TRANSACTIONAL_FLAG
     if control:
         attributes |= CONTROL_FLAG
-    size = HEADER_SIZE + len(body)
+    return frame_batch(
+        body,
+        attributes=attributes,
+        count=count,
+        base_ts=base_ts,
+        max_ts=timestamp_ms if log_append_time else max(times),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def frame_batch(
+    section: bytes | bytearray | memoryview,
+    *,
+    attributes: int,
+    count: int,
+    base_ts: int,
+    max_ts: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    """A v2 batch of `count` records at consecutive offsets, around their encoded (and
+    perhaps compressed) records section: the header, then its CRC-32C."""
+    size = HEADER_SIZE + len(section)
     out = bytearray(size)
     HEADER.pack_into(
         out,
@@ -88,13 +117,13 @@ def build_batch(
         attributes,
         count - 1,
         base_ts,
-        timestamp_ms if log_append_time else max(times),
+        max_ts,
         producer_id,
         producer_epoch,
         base_sequence,
         count,
     )
-    out[HEADER_SIZE:] = body
+    out[HEADER_SIZE:] = section
     out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, size).to_bytes(4, "big")
     return bytes(out)
 

@@ -18,18 +18,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from onceflow.records.batch import (
-    CRC_OFFSET,
-    CURRENT_MAGIC,
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     TRANSACTIONAL_FLAG,
-    compute_crc,
 )
+from onceflow.records.builder import frame_batch
 from onceflow.records.column import BinaryColumn, Bytes, Ints, runs_mask
 from onceflow.records.compression import Compression, codec_of, compress
 from onceflow.records.record import Header, encode_varint
@@ -170,26 +165,15 @@ def build_column_batch(
     codec = codec_of(compression)
     raw = memoryview(body.data)
     section = raw if codec is Compression.NONE else memoryview(compress(codec, raw))
-    attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
-    size = HEADER_SIZE + len(section)
-    out = bytearray(size)
-    HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        size - LOG_OVERHEAD,
-        partition_leader_epoch,
-        CURRENT_MAGIC,
-        0,  # crc, filled in below
-        attributes,
-        count - 1,
-        base_ts,
-        int(timestamps.max()),
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
+    return frame_batch(
+        section,
+        attributes=int(codec) | (TRANSACTIONAL_FLAG if transactional else 0),
+        count=count,
+        base_ts=base_ts,
+        max_ts=int(timestamps.max()),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
     )
-    out[HEADER_SIZE:] = section
-    out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, size).to_bytes(4, "big")
-    return bytes(out)

@@ -38,7 +38,7 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _heartbeat_response(ctx, ErrorCode.group_authorization_failed, None, None, -1, 0)
+        return heartbeat_response(ctx, ErrorCode.group_authorization_failed, None, None, -1, 0)
     owned = None
     if request.topic_partitions is not None:
         named = [(ctx.broker.topic_name_by_id(t.topic_id), t) for t in request.topic_partitions]
@@ -76,7 +76,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                 for topic_id, _, partitions in _by_topic(ctx, result.assignment)
             ),
         )
-    return _heartbeat_response(
+    return heartbeat_response(
         ctx,
         result.error,
         result.message,
@@ -87,7 +87,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
     )
 
 
-def _heartbeat_response(
+def heartbeat_response(
     ctx: RequestContext,
     error: ErrorCode,
     message: str | None,

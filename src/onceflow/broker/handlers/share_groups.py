@@ -14,6 +14,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.handlers.consumer_groups import heartbeat_response
 from onceflow.coordinator.group.results import GroupOverview
 from onceflow.coordinator.group.state import GroupState
 from onceflow.coordinator.share.coordinator import ShareCoordinator
@@ -44,16 +45,20 @@ def other_group_type(ctx: RequestContext, group_id: str) -> bool:
 async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     group_id = request.group_id
     if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, group_id):
-        return _heartbeat(ctx, ErrorCode.group_authorization_failed, None, None, -1, 0)
+        return heartbeat_response(ctx, ErrorCode.group_authorization_failed, None, None, -1, 0)
     if not group_id:
-        return _heartbeat(ctx, ErrorCode.invalid_request, "GroupId can't be empty.", None, -1, 0)
+        return heartbeat_response(
+            ctx, ErrorCode.invalid_request, "GroupId can't be empty.", None, -1, 0
+        )
     if not request.member_id:
-        return _heartbeat(ctx, ErrorCode.invalid_request, "MemberId can't be empty.", None, -1, 0)
+        return heartbeat_response(
+            ctx, ErrorCode.invalid_request, "MemberId can't be empty.", None, -1, 0
+        )
     if not ctx.broker.coordinator_available(GROUP_KEY, group_id):
-        return _heartbeat(ctx, ErrorCode.not_coordinator, None, None, -1, 0)
+        return heartbeat_response(ctx, ErrorCode.not_coordinator, None, None, -1, 0)
     if other_group_type(ctx, group_id):
         message = f"Group {group_id} is not a share group."
-        return _heartbeat(ctx, ErrorCode.group_id_not_found, message, None, -1, 0)
+        return heartbeat_response(ctx, ErrorCode.group_id_not_found, message, None, -1, 0)
     await share_coordinator(ctx).refresh_group_configs(group_id)
     answer, interval = share_coordinator(ctx).heartbeat(
         Heartbeat(
@@ -80,28 +85,8 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any
             ),
         )
     member_id = request.member_id if answer.error is ErrorCode.none else None
-    return _heartbeat(
+    return heartbeat_response(
         ctx, answer.error, answer.message, member_id, answer.member_epoch, interval, assignment
-    )
-
-
-def _heartbeat(
-    ctx: RequestContext,
-    error: ErrorCode,
-    message: str | None,
-    member_id: str | None,
-    member_epoch: int,
-    interval_ms: int,
-    assignment: Any = None,
-) -> Any:
-    return ctx.response(
-        throttle_time=NO_THROTTLE,
-        error_code=error,
-        error_message=message,
-        member_id=member_id,
-        member_epoch=member_epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=interval_ms),
-        assignment=assignment,
     )
 
 
