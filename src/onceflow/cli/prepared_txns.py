@@ -25,13 +25,11 @@ from onceflow.client.txn_admin import (
     IN_FLIGHT,
     describe_transaction,
     is_two_phase,
-    list_transactions,
     millis,
     now_ms,
     partitions_of,
+    two_phase_in_flight,
 )
-from onceflow.errors import ErrorCode
-from onceflow.protocol.api_versions import ApiKey
 
 __all__ = ["describe_note", "register_complete", "run_list_two_phase"]
 
@@ -63,30 +61,19 @@ def run_list_two_phase(cluster: Cluster, print_table: Table) -> int:
     """Every open two-phase commit transaction on every coordinator, oldest first."""
     rows: list[tuple[object, ...]] = []
     now = now_ms()
-    for node in cluster.brokers():
-        connection = cluster.node(node.node_id)
-        listed = list_transactions(connection, states=sorted(IN_FLIGHT)).transaction_states
-        if not listed:
-            continue
-        ids = tuple(sorted(t.transactional_id for t in listed))
-        response = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=ids)
-        for state in response.transaction_states:
-            if state.error_code != ErrorCode.none or state.transaction_state not in IN_FLIGHT:
-                continue  # expired or ended between the two requests
-            if not is_two_phase(millis(state.transaction_timeout)):
-                continue
-            start = millis(state.transaction_start_time)
-            rows.append(
-                (
-                    state.transactional_id,
-                    node.node_id,
-                    state.producer_id,
-                    state.producer_epoch,
-                    state.transaction_state,
-                    now - start if start >= 0 else "None",
-                    ",".join(f"{t}-{p}" for t, p in partitions_of(state)),
-                )
+    for node_id, state in two_phase_in_flight(cluster):
+        start = millis(state.transaction_start_time)
+        rows.append(
+            (
+                state.transactional_id,
+                node_id,
+                state.producer_id,
+                state.producer_epoch,
+                state.transaction_state,
+                now - start if start >= 0 else "None",
+                ",".join(f"{t}-{p}" for t, p in partitions_of(state)),
             )
+        )
     rows.sort(key=lambda r: -r[5] if isinstance(r[5], int) else 0)
     headers = (
         "TransactionalId",

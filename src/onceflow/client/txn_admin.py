@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "partitions_by_leader",
     "partitions_of",
     "producers_of",
+    "two_phase_in_flight",
     "write_abort_marker",
 ]
 
@@ -359,3 +360,20 @@ def find_hanging(
     claims = _coordinator_claims(cluster, {t.producer_id for t in candidates})
     hanging = [t for t in candidates if _is_hanging(t, claims.get(t.producer_id, []))]
     return hanging, problems
+
+
+def two_phase_in_flight(cluster: Cluster) -> Iterator[tuple[int, Any]]:
+    """(coordinator's node id, DescribeTransactions state) of every two-phase commit
+    transaction in flight on every coordinator of the cluster."""
+    for node in cluster.brokers():
+        connection = cluster.node(node.node_id)
+        listed = list_transactions(connection, states=sorted(IN_FLIGHT)).transaction_states
+        if not listed:
+            continue
+        ids = tuple(sorted(t.transactional_id for t in listed))
+        answer = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=ids)
+        for state in answer.transaction_states:
+            if state.error_code != ErrorCode.none or state.transaction_state not in IN_FLIGHT:
+                continue  # expired or ended between the two requests
+            if is_two_phase(millis(state.transaction_timeout)):
+                yield node.node_id, state

@@ -18,17 +18,13 @@ from typing import Any
 
 from onceflow.client.cluster import Cluster
 from onceflow.client.txn_admin import (
-    IN_FLIGHT,
-    is_two_phase,
-    list_transactions,
     millis,
     now_ms,
+    two_phase_in_flight,
 )
 from onceflow.dualwrite.database import Database
 from onceflow.dualwrite.state import DEFAULT_STATE_TABLE, StateTable
 from onceflow.dualwrite.writer import DualWriter, Outcome
-from onceflow.errors import ErrorCode
-from onceflow.protocol.api_versions import ApiKey
 
 __all__ = ["open_two_phase_transactions", "recover_abandoned"]
 
@@ -41,20 +37,9 @@ def open_two_phase_transactions(bootstrap_servers: str, timeout_s: float = 30.0)
     found: dict[str, int] = {}
     now = now_ms()
     try:
-        for node in cluster.brokers():
-            connection = cluster.node(node.node_id)
-            listed = list_transactions(connection, states=sorted(IN_FLIGHT)).transaction_states
-            if not listed:
-                continue
-            ids = tuple(sorted(t.transactional_id for t in listed))
-            answer = connection.call(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=ids)
-            for state in answer.transaction_states:
-                if state.error_code != ErrorCode.none or state.transaction_state not in IN_FLIGHT:
-                    continue
-                if not is_two_phase(millis(state.transaction_timeout)):
-                    continue
-                start = millis(state.transaction_start_time)
-                found[str(state.transactional_id)] = now - start if start >= 0 else 0
+        for _, state in two_phase_in_flight(cluster):
+            start = millis(state.transaction_start_time)
+            found[str(state.transactional_id)] = now - start if start >= 0 else 0
     finally:
         cluster.close()
     return found

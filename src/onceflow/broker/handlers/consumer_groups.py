@@ -73,7 +73,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
             "Assignment",
             topic_partitions=tuple(
                 ctx.entity("TopicPartitions", topic_id=topic_id, partitions=partitions)
-                for topic_id, _, partitions in _by_topic(ctx, result.assignment)
+                for topic_id, _, partitions in by_topic(ctx, result.assignment)
             ),
         )
     return heartbeat_response(
@@ -107,7 +107,7 @@ def heartbeat_response(
     )
 
 
-def _by_topic(
+def by_topic(
     ctx: RequestContext, partitions: Iterable[TopicPartition]
 ) -> list[tuple[uuid.UUID, str, tuple[int, ...]]]:
     """(topic id, name, sorted partitions) per topic, in name order."""
@@ -188,7 +188,7 @@ def _assignment(ctx: RequestContext, partitions: Iterable[TopicPartition]) -> An
         "Assignment",
         topic_partitions=tuple(
             ctx.entity("TopicPartitions", topic_id=topic_id, topic_name=name, partitions=parts)
-            for topic_id, name, parts in _by_topic(ctx, partitions)
+            for topic_id, name, parts in by_topic(ctx, partitions)
         ),
     )
 

@@ -8,20 +8,17 @@ A group id taken by a classic or consumer group is GROUP_ID_NOT_FOUND to a share
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
-from onceflow.broker.handlers.consumer_groups import heartbeat_response
+from onceflow.broker.handlers.consumer_groups import by_topic, heartbeat_response
 from onceflow.coordinator.group.results import GroupOverview
 from onceflow.coordinator.group.state import GroupState
 from onceflow.coordinator.share.coordinator import ShareCoordinator
-from onceflow.coordinator.share.group import Heartbeat, ShareGroupState, TopicPartition
+from onceflow.coordinator.share.group import Heartbeat, ShareGroupState
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
-from onceflow.protocol.topic_ids import ZERO_UUID
 from onceflow.security.acl import AclOperation, ResourceType
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -101,19 +98,6 @@ def share_overviews(ctx: RequestContext) -> list[GroupOverview]:
         state = group.state.value if group is not None else ShareGroupState.EMPTY.value
         out.append(GroupOverview(group_id, SHARE_TYPE, state, SHARE_TYPE))
     return out
-
-
-def by_topic(
-    ctx: RequestContext, partitions: Iterable[TopicPartition]
-) -> list[tuple[Any, str, tuple[int, ...]]]:
-    """(topic id, name, sorted partitions) per topic, in name order."""
-    grouped: dict[str, list[int]] = defaultdict(list)
-    for tp in partitions:
-        grouped[tp.topic].append(tp.partition)
-    return [
-        (ctx.broker.topic_id(name) or ZERO_UUID, name, tuple(sorted(grouped[name])))
-        for name in sorted(grouped)
-    ]
 
 
 async def handle_share_group_describe(ctx: RequestContext, request: Any) -> Any:

@@ -17,17 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
 
+from onceflow.coordinator.group.offsets import TopicPartition
 from onceflow.errors import ErrorCode
 
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 class ShareGroupState(Enum):
