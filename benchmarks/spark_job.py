@@ -3,7 +3,11 @@
 atomicity (two-phase transactions, one decision) and at per-task atomicity (one transaction
 per task), against the same read writing to Spark's `noop` sink. local[2] session; the
 source topic has 2 partitions, so each job runs 2 tasks. The broker needs
-`transaction.two.phase.commit.enable` for the per-batch runs."""
+`transaction.two.phase.commit.enable` for the per-batch runs.
+
+A fourth sink, `discard` (benchmarks/discard_sink.py), is a Python data source writer that
+writes nothing: what any sink on Spark's Python data source API costs before it does
+anything, so the onceflow sink's own cost is the distance from it."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -24,9 +29,13 @@ VALUE_BYTES = 100
 def spark_session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's Python workers import the discard sink by its module path.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
     import onceflow.spark
+    from benchmarks.discard_sink import DiscardDataSource
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -40,10 +49,12 @@ def spark_session() -> Any:
     )
     session.sparkContext.setLogLevel("ERROR")
     onceflow.spark.register(session)
+    session.dataSource.register(DiscardDataSource)
     return session
 
 
-SINKS = ("batch", "task", "noop")
+SINKS = ("batch", "task", "discard", "noop")
+ONCEFLOW_SINKS = ("batch", "task")
 
 
 def cpu_seconds() -> float:
@@ -82,11 +93,13 @@ def spark_runs(
             .select("key", "value")
         )
 
-    def to_onceflow(atomicity: str) -> None:
-        # Created first: the participant client (per-batch) asks Metadata without
-        # auto-creation, and both atomicities should write to the same kind of topic.
+    def new_topic() -> str:
+        # An existing topic, created before the clock starts, as a pipeline writes to.
         out = f"spark-out-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, out, SOURCE_PARTITIONS)
+        return out
+
+    def to_onceflow(atomicity: str, out: str) -> None:
         (
             frame()
             .write.format("onceflow")
@@ -97,27 +110,32 @@ def spark_runs(
             .save()
         )
 
-    def to_noop() -> None:
+    def to_noop(_out: str) -> None:
         frame().write.format("noop").mode("overwrite").save()
 
-    def timed(sink: str, job: Any) -> float:
+    def to_discard(_out: str) -> None:
+        frame().write.format("discard").mode("append").save()
+
+    def timed(sink: str, job: Callable[[str], None]) -> float:
+        out = new_topic() if sink in ONCEFLOW_SINKS else ""
         cpu = cpu_seconds()
         start = time.perf_counter()
-        job()
+        job(out)
         elapsed = time.perf_counter() - start
         cpu_us[sink].append((cpu_seconds() - cpu) * 1e6 / records)
         return records / elapsed
 
-    jobs = {
-        "batch": lambda: to_onceflow("batch"),
-        "task": lambda: to_onceflow("task"),
+    jobs: dict[str, Callable[[str], None]] = {
+        "batch": lambda out: to_onceflow("batch", out),
+        "task": lambda out: to_onceflow("task", out),
+        "discard": to_discard,
         "noop": to_noop,
     }
     rates: dict[str, list[float]] = {sink: [] for sink in SINKS}
     cpu_us: dict[str, list[float]] = {sink: [] for sink in SINKS}
     try:
-        for job in jobs.values():
-            job()
+        for sink, job in jobs.items():  # warm-up, not counted
+            job(new_topic() if sink in ONCEFLOW_SINKS else "")
         for _ in range(repeat):
             for sink, job in jobs.items():
                 rates[sink].append(timed(sink, job))

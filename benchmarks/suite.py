@@ -361,14 +361,16 @@ def spark(plan: Plan, out: dict[str, float]) -> None:
     for sink, runs in rates.items():
         out[f"spark_{sink}_sink_recps"] = statistics.median(runs)
         out[f"spark_{sink}_sink_cpu_us_per_record"] = statistics.median(cpu[sink])
-    for sink in ("batch", "task"):
-        out[f"spark_{sink}_sink_ratio_to_noop"] = statistics.median(
-            mine / noop for mine, noop in zip(rates[sink], rates["noop"], strict=True)
+    pairs = [("batch", "noop"), ("task", "noop"), ("discard", "noop")]
+    pairs += [("batch", "discard"), ("task", "discard")]
+    for sink, base in pairs:
+        out[f"spark_{sink}_sink_ratio_to_{base}"] = statistics.median(
+            mine / other for mine, other in zip(rates[sink], rates[base], strict=True)
         )
     out["spark_batch_sink_ratio_to_task"] = statistics.median(
         b / t for b, t in zip(rates["batch"], rates["task"], strict=True)
     )
-    for sink in ("batch", "task"):  # the rate a CPU-bound machine would give, as a ratio
+    for sink in ("batch", "task", "discard"):  # a CPU-bound machine's rate ratio
         out[f"spark_{sink}_sink_cpu_ratio_to_noop"] = statistics.median(
             noop / mine for mine, noop in zip(cpu[sink], cpu["noop"], strict=True)
         )

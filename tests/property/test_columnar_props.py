@@ -21,7 +21,7 @@ from onceflow.client.participant_columns import (
 )
 from onceflow.client.participant_records import murmur2
 from onceflow.records import Compression, build_batch, decode_records
-from onceflow.records.column import BinaryColumn
+from onceflow.records.column import BinaryColumn, runs_mask
 from onceflow.records.columnar import build_column_batch, header_sections
 
 BLOB = st.none() | st.binary(max_size=80)
@@ -176,3 +176,22 @@ def test_columns_of_unequal_lengths_and_bad_partitions_are_refused() -> None:
         partition_target(-2, 2, 4, "t")
     assert partition_target(3, 2, 4, "t") == 3
     assert partition_target(None, 2, 4, "t") is None
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=30), st.integers(0, 5))
+def test_runs_mask_marks_exactly_the_runs(
+    gaps_and_lengths: list[tuple[int, int]], tail: int
+) -> None:
+    """Runs in order, touching or empty ones included: the mask is True inside them only."""
+    starts, lengths, at = [], [], 0
+    for gap, length in gaps_and_lengths:
+        starts.append(at + gap)
+        lengths.append(length)
+        at += gap + length
+    total = at + tail
+    expected = np.zeros(total, np.bool_)
+    for start, length in zip(starts, lengths, strict=True):
+        expected[start : start + length] = True
+    mask = runs_mask(total, np.array(starts, np.int64), np.array(lengths, np.int64))
+    assert mask.dtype == np.bool_
+    assert mask.tolist() == expected.tolist()

@@ -27,13 +27,19 @@ Bytes = npt.NDArray[np.uint8]
 
 def runs_mask(total: int, starts: Ints, lengths: Ints) -> Bools:
     """A mask of `total` bytes, True inside the runs [starts[i], starts[i] + lengths[i]).
-    The runs must not overlap nor touch (one ends strictly before the next begins)."""
-    keep = lengths > 0
-    begin = starts[keep]
-    marks = np.zeros(total + 1, np.int8)
-    marks[begin] = 1
-    marks[begin + lengths[keep]] -= 1
-    return np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    The runs must come in order and must not overlap. One np.repeat of alternating
+    False/True by the gaps and the runs: a fill per byte, with no cumulative sum over them."""
+    n = len(starts)
+    ends = starts + lengths
+    counts = np.empty(2 * n + 1, np.int64)
+    counts[1::2] = lengths
+    counts[0] = starts[0] if n else total
+    counts[2:-1:2] = starts[1:] - ends[:-1]
+    if n:
+        counts[-1] = total - ends[-1]
+    pattern = np.zeros(2 * n + 1, np.bool_)
+    pattern[1::2] = True
+    return np.repeat(pattern, counts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,8 +47,12 @@ def varint_sizes(raw: np.ndarray) -> Ints:
 
 def _scatter_varint(out: Bytes, at: Ints, raw: np.ndarray, sizes: Ints) -> None:
     """Write each varint of `raw` (zigzagged) at `at`: one scatter per byte position."""
+    width = int(sizes.max(initial=1))
+    if width == 1:  # all below 128 (null keys, equal timestamps): no continuation bits
+        out[at] = raw.astype(np.uint8)
+        return
     remaining = raw.copy()
-    for j in range(int(sizes.max(initial=1))):
+    for j in range(width):
         live = sizes > j
         more = sizes > j + 1
         byte = (remaining & np.uint64(0x7F)).astype(np.uint8)

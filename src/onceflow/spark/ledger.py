@@ -41,6 +41,7 @@ from onceflow.spark.access import (
     in_slices,
     list_topics,
 )
+from onceflow.spark.options import CLIENT_DEFAULTS
 
 __all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "LedgerEntry", "ledger_group"]
 
@@ -92,6 +93,7 @@ class Ledger:
         self._logger = logger
         self._errors = ConnectionErrors()
         consumer_config: dict[str, Any] = {
+            **CLIENT_DEFAULTS,
             **self._client_config,
             "group.id": self.group_id,
             "enable.auto.commit": False,
@@ -126,7 +128,11 @@ class Ledger:
                     )
                 )
             if admin is None:
-                admin_config: dict[str, Any] = {**self._client_config, "logger": self._logger}
+                admin_config: dict[str, Any] = {
+                    **CLIENT_DEFAULTS,
+                    **self._client_config,
+                    "logger": self._logger,
+                }
                 admin = AdminClient(admin_config)
             new = NewTopic(self.topic, num_partitions=1, replication_factor=-1)
             future = admin.create_topics([new], request_timeout=self.timeout_s)[self.topic]

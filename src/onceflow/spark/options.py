@@ -71,6 +71,15 @@ class ClientConfig(dict[str, str]):
         return repr({k: REDACTED if is_secret(k, v) else v for k, v in self.items()})
 
 
+# Defaults under the `kafka.*` options of every confluent-kafka client the connector makes.
+# librdkafka spaces its attempts to connect to the cluster by half of reconnect.backoff.ms
+# (100 ms by default), and a client's first usable connection is always its second: it
+# drops the bootstrap connection once Metadata names the brokers. The connector's clients
+# live for one task or one commit, so each paid that wait at its start; the exponential
+# backoff towards reconnect.backoff.max.ms still spaces attempts at a broker that is down.
+CLIENT_DEFAULTS: dict[str, str] = {"reconnect.backoff.ms": "10"}
+
+
 def kafka_client_config(options: Mapping[str, str]) -> ClientConfig:
     """The `kafka.*` options with the prefix stripped (`kafka.bootstrap.servers` ->
     `bootstrap.servers`): the configuration handed to every confluent-kafka client, on the

@@ -71,6 +71,7 @@ from onceflow.spark.offsets import (
     to_json_dict,
 )
 from onceflow.spark.options import (
+    CLIENT_DEFAULTS,
     OffsetsOption,
     OptionError,
     SourceOptions,
@@ -232,7 +233,11 @@ class KafkaMetadata:
 
     def __init__(self, kafka: Mapping[str, str]) -> None:
         # Looking a named topic up must never create it.
-        self._conf: dict[str, Any] = {**kafka, "allow.auto.create.topics": False}
+        self._conf: dict[str, Any] = {
+            **CLIENT_DEFAULTS,
+            **kafka,
+            "allow.auto.create.topics": False,
+        }
         self._admin: AdminClient | None = None
         self._errors = ConnectionErrors()
 
@@ -641,6 +646,7 @@ class _RangeReader:
         if pos >= end:
             return
         conf: dict[str, str | int | float | bool] = {
+            **CLIENT_DEFAULTS,
             **opts.kafka,
             "group.id": READER_GROUP_ID,
             "enable.auto.commit": "false",

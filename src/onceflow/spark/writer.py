@@ -110,6 +110,7 @@ from onceflow.spark.batch_commit import (
 )
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, Ledger
 from onceflow.spark.options import (
+    CLIENT_DEFAULTS,
     SOURCE_OPTIONS,
     ClientConfig,
     OptionError,
@@ -185,6 +186,7 @@ _SINK_OWNED_WHY = {
 # keeps librdkafka 2.x from "re-bootstrapping" away from a single broker that restarted,
 # which can hang send_offsets_to_transaction (librdkafka issue 5511).
 PRODUCER_DEFAULTS = {
+    **CLIENT_DEFAULTS,
     "linger.ms": "20",
     "batch.num.messages": "10000",
     "partitioner": "murmur2_random",
@@ -449,6 +451,7 @@ def write_task(
     try:
         ledger = Ledger(config.client_config, config.ledger_topic, txn_id, config.timeout_s, log)
         ledger.ensure_topic()
+        _await_broker(producer, config)
         producer.init_transactions(config.timeout_s)
         done = ledger.read()
         if done is not None and done.next_batch > task.batch_id:
@@ -725,6 +728,16 @@ def _headers_column(array: pa.Array) -> BinaryColumn:
             for hdrs in rows
         ]
     )
+
+
+def _await_broker(producer: Producer, config: SinkConfig) -> None:
+    """Return once the producer holds a connection to a broker Metadata named. librdkafka
+    drops its bootstrap connection when the first Metadata answer names the brokers; an
+    init_transactions that finds no broker connected then asks again only after 500 ms,
+    which about one task start in five paid. A second Metadata request waits for the named
+    broker's connection."""
+    for _ in range(2):
+        producer.list_topics(config.ledger_topic, config.timeout_s)
 
 
 def _abort_quietly(producer: Producer, task: SinkTask, timeout_s: float) -> None:
