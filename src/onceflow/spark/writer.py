@@ -683,7 +683,7 @@ def _produce_columns(
             producer.produce_columns(
                 topic,
                 _binary_column(part.column(cols.value)),
-                keys=_binary_column(part.column(cols.key)) if cols.key else None,
+                keys=_keys_column(part.column(cols.key)) if cols.key else None,
                 partition=_partitions(part.column(cols.partition)) if cols.partition else None,
                 headers=_headers_column(part.column(cols.headers)) if cols.headers else None,
             )
@@ -705,6 +705,11 @@ def _binary_column(array: pa.Array) -> BinaryColumn:
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer else np.zeros(0, np.uint8)
     valid = array.is_valid().to_numpy(zero_copy_only=False) if array.null_count else None
     return BinaryColumn.from_buffers(data, offsets, valid)
+
+
+def _keys_column(array: pa.Array) -> BinaryColumn | None:
+    """The key column; None when every key is null (no key bytes to encode)."""
+    return None if array.null_count == len(array) else _binary_column(array)
 
 
 def _partitions(array: pa.Array) -> Any:
