@@ -26,8 +26,8 @@ import pyarrow as pa
 from benchmarks.common import OnceflowBroker
 from benchmarks.participant import TWO_PC
 from onceflow.bench import create_topic
-from onceflow.spark import batch_commit, writer
-from onceflow.spark.writer import SinkColumns, SinkConfig, SinkTask
+from onceflow.spark import batch_commit, sink_tasks, writer
+from onceflow.spark.sink_config import SinkColumns, SinkConfig, SinkTask
 
 ROWS_PER_ARROW_BATCH = 10_000
 VALUE_BYTES = 100
@@ -72,13 +72,13 @@ class Steps:
 def instrument(steps: Steps) -> None:
     from onceflow.client.participant import TwoPhaseProducer
 
-    steps.wrap(writer, "_produce_all", "rows -> produce calls")
-    steps.wrap(writer, "_produce_columns", "rows -> produce calls")
-    steps.wrap(writer, "read_decision", "read decision log")
+    steps.wrap(sink_tasks, "_produce_all", "rows -> produce calls")
+    steps.wrap(sink_tasks, "_produce_columns", "rows -> produce calls")
+    steps.wrap(sink_tasks, "read_decision", "read decision log")
     steps.wrap(TwoPhaseProducer, "init", "participant init")
     steps.wrap(TwoPhaseProducer, "prepare", "prepare (flush + wait)")
-    steps.wrap(writer.Ledger, "read", "ledger read")
-    steps.wrap(writer.Ledger, "ensure_topic", "ledger topic check")
+    steps.wrap(sink_tasks.Ledger, "read", "ledger read")
+    steps.wrap(sink_tasks.Ledger, "ensure_topic", "ledger topic check")
     steps.wrap(writer, "complete_decided", "complete (driver)")
     steps.wrap(writer, "not_open", "check prepared still open (driver)")
     steps.wrap(batch_commit.DecisionLog, "record", "record decision (driver)")
@@ -103,7 +103,7 @@ def one_task(bootstrap: str, atomicity: str, rows: int) -> dict[str, float]:
     instrument(steps)
     try:
         start = time.perf_counter()
-        message = writer.write_task(config, SinkTask(config.sink_id, 0, 0), batches)
+        message = sink_tasks.write_task(config, SinkTask(config.sink_id, 0, 0), batches)
         steps.seconds["task total"] = time.perf_counter() - start
         if atomicity == "batch":
             start = time.perf_counter()

@@ -19,16 +19,15 @@ import pytest
 
 from onceflow.client.participant_group import transaction_log_partition_count
 from onceflow.spark.batch_commit import DecisionTooLarge
-from onceflow.spark.writer import (
+from onceflow.spark.sink_config import (
     SinkColumns,
     SinkCommitMessage,
     SinkConfig,
     SinkTask,
     SinkWriteError,
-    abort_batch,
-    commit_batch,
-    write_task,
 )
+from onceflow.spark.sink_tasks import write_task
+from onceflow.spark.writer import abort_batch, commit_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
 from tests.helpers.txn import end_offsets, read_records, wait_stable

@@ -20,7 +20,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from onceflow.spark.writer import SinkDataError, SinkTask, commit_batch, sink_config, write_task
+from onceflow.spark.sink_config import SinkDataError, SinkTask, sink_config
+from onceflow.spark.sink_tasks import write_task
+from onceflow.spark.writer import commit_batch
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
 from tests.integration.test_participant_columns import read_rows

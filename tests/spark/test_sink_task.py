@@ -26,21 +26,20 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from onceflow.spark import writer as writer_module
+from onceflow.spark import sink_tasks
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, ledger_group
 from onceflow.spark.options import OptionError
-from onceflow.spark.writer import (
+from onceflow.spark.sink_config import (
     SinkColumns,
     SinkConfig,
     SinkDataError,
     SinkIdConflictError,
     SinkTask,
     SinkWriteError,
-    make_stream_writer,
-    make_writer,
     sink_config,
-    write_task,
 )
+from onceflow.spark.sink_tasks import write_task
+from onceflow.spark.writer import make_stream_writer, make_writer
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import QUIET_LOGGER, create_topic
 from tests.helpers.txn import end_offsets, fencing_error, read_records, wait_for, wait_stable
@@ -220,7 +219,7 @@ def test_empty_task_talks_to_no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_producer(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("an empty task created a producer")
 
-    monkeypatch.setattr(writer_module, "Producer", no_producer)
+    monkeypatch.setattr(sink_tasks, "Producer", no_producer)
     config = config_for("127.0.0.1:1", "t")
     empty = pa.RecordBatch.from_pydict({"value": pa.array([], pa.binary())})
     msg = write_task(config, SinkTask("s", 0, 0), [empty, empty])

@@ -135,7 +135,7 @@ _UNSUPPORTED_SPARK_OPTIONS: dict[str, str] = {
     "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
 }
 
-# Options that only mean something to the writer (onceflow.spark.writer.WRITER_OPTIONS).
+# Options that only mean something to the writer (onceflow.spark.sink_config.WRITER_OPTIONS).
 _WRITE_OPTIONS: dict[str, str] = {
     "topic": "topic",
     "sinkid": "sinkId",

@@ -3,8 +3,8 @@
 
 Spark pickles this class to every Python worker and builds it from the query's options
 (a case-insensitive map). It stays a thin shell: option checks and schema here, reading in
-`onceflow.spark.reader`, writing in `onceflow.spark.writer` (imported only when a query
-writes).
+`onceflow.spark.reader`, writing in `onceflow.spark.writer` and `sink_tasks` (imported only
+when a query writes).
 """
 
 from __future__ import annotations
