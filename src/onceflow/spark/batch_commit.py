@@ -41,11 +41,10 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-from confluent_kafka import KafkaError, KafkaException
+from typing import Literal, TypeVar
 
 from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
+from onceflow.client.group_offsets import GroupOffsets
 from onceflow.client.participant import (
     PreparedTransaction,
     StalePreparedTransaction,
@@ -62,7 +61,7 @@ from onceflow.client.participant_link import Link, init_producer_id
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
 from onceflow.security.client_config import ClientSecurity
-from onceflow.spark.ledger import Ledger
+from onceflow.spark.ledger import LEDGER_PARTITION, Ledger, ledger_group, topic_known
 from onceflow.spark.options import OptionError
 
 __all__ = [
@@ -87,6 +86,12 @@ log = logging.getLogger(__name__)
 
 Atomicity = Literal["batch", "task"]
 DECISIONS_PREFIX = "decisions-"
+T = TypeVar("T")
+_DENIED = {
+    ErrorCode.group_authorization_failed,
+    ErrorCode.topic_authorization_failed,
+    ErrorCode.cluster_authorization_failed,
+}
 # How long the probe at the start waits for the broker.
 PROBE_TIMEOUT_MS = 15_000
 
@@ -232,30 +237,48 @@ class DecisionTooLarge(RuntimeError):
 
 class DecisionLog:
     """The last commit decision of a sink, kept as a committed offset on the ledger topic
-    (see the module doc)."""
+    (see the module doc), read and written through Onceflow's client: a task reads it
+    before it writes, and a librdkafka consumer's start-up was most of that read."""
 
     def __init__(
         self, client_config: Mapping[str, str], topic: str, sink_id: str, timeout_s: float
     ):
         self.sink_id = sink_id
-        self._ledger = Ledger(client_config, topic, DECISIONS_PREFIX + sink_id, timeout_s, log)
+        self.topic = topic
+        self._client_config = client_config
+        self._timeout_s = timeout_s
+        bootstrap, settings = participant_settings(client_config)
+        self._link = Link(bootstrap, ProducerSettings.of(settings))
+        self.group = ledger_group(DECISIONS_PREFIX + sink_id)
+        self._offsets = GroupOffsets(self._link, self.group, timeout_s)
 
     def last(self) -> Decision | None:
-        self._ledger.ensure_topic()
-        entry = self._ledger.read()
+        entry = self._ask(lambda: self._offsets.committed(self.topic, LEDGER_PARTITION))
         if entry is None:
             return None
-        return Decision.decode(self.sink_id, entry.next_batch, entry.owner)
+        return Decision.decode(self.sink_id, entry.offset, entry.metadata)
 
     def record(self, decision: Decision) -> None:
         """Record `decision`; it must fit in an offset's metadata, at most the broker's
         `offset.metadata.max.bytes` (4096 by default: about 250 tasks)."""
-        self._ledger.ensure_topic()
+        if not topic_known(self._client_config, self.topic):
+            ledger = Ledger(
+                self._client_config,
+                self.topic,
+                DECISIONS_PREFIX + self.sink_id,
+                self._timeout_s,
+                log,
+            )
+            try:
+                ledger.ensure_topic()
+            finally:
+                ledger.close()
         text = decision.encode(self.sink_id)
+        offset = decision.batch_id + 1
         try:
-            self._ledger.record(decision.batch_id, text)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE:
+            self._ask(lambda: self._offsets.commit(self.topic, LEDGER_PARTITION, offset, text))
+        except KafkaApiError as exc:
+            if exc.code != ErrorCode.offset_metadata_too_large:
                 raise
             raise DecisionTooLarge(
                 f"sink '{self.sink_id}' batch {decision.batch_id}: the decision of "
@@ -264,8 +287,20 @@ class DecisionLog:
                 f"partitions, or use atomicity 'task'"
             ) from None
 
+    def _ask(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except KafkaApiError as exc:
+            if exc.code in _DENIED:
+                raise KafkaApiError(
+                    exc.code,
+                    f"sink '{self.sink_id}': {exc}; its decision log needs READ on group "
+                    f"'{self.group}' and on topic '{self.topic}' (docs/spark-security.md)",
+                ) from None
+            raise
+
     def close(self) -> None:
-        self._ledger.close()
+        self._link.close()
 
 
 def not_open(

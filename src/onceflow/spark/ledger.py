@@ -43,7 +43,15 @@ from onceflow.spark.access import (
 )
 from onceflow.spark.options import CLIENT_DEFAULTS
 
-__all__ = ["DEFAULT_LEDGER_TOPIC", "LEDGER_GROUP_PREFIX", "Ledger", "LedgerEntry", "ledger_group"]
+__all__ = [
+    "DEFAULT_LEDGER_TOPIC",
+    "LEDGER_GROUP_PREFIX",
+    "LEDGER_PARTITION",
+    "Ledger",
+    "LedgerEntry",
+    "ledger_group",
+    "topic_known",
+]
 
 DEFAULT_LEDGER_TOPIC = "__onceflow_sink_ledger"
 LEDGER_GROUP_PREFIX = "onceflow-sink-"
@@ -69,6 +77,18 @@ class LedgerEntry:
 def ledger_group(transactional_id: str) -> str:
     """The consumer group that holds the ledger entry of one write task."""
     return LEDGER_GROUP_PREFIX + transactional_id
+
+
+def topic_known(client_config: Mapping[str, str], topic: str) -> bool:
+    """Whether this process has seen the ledger topic exist (so `ensure_topic` would return
+    at once) for these client settings."""
+    with _known_lock:
+        return _topic_key(client_config, topic) in _known_topics
+
+
+def _topic_key(config: Mapping[str, str], topic: str) -> tuple[str, str, str]:
+    user = config.get("sasl.username", "") + "|" + config.get("ssl.certificate.location", "")
+    return (config.get("bootstrap.servers", ""), user, topic)
 
 
 class Ledger:
@@ -152,9 +172,7 @@ class Ledger:
             _known_topics.discard(self._topic_key())
 
     def _topic_key(self) -> tuple[str, str, str]:
-        config = self._client_config
-        user = config.get("sasl.username", "") + "|" + config.get("ssl.certificate.location", "")
-        return (config.get("bootstrap.servers", ""), user, self.topic)
+        return _topic_key(self._client_config, self.topic)
 
     def _topic_exists(self) -> bool:
         # The task's first Kafka call: a refused login fails it here, at once.

@@ -1,0 +1,153 @@
+"""One partition's committed offset in a group without members, read (OffsetFetch with
+`require_stable`) and written (OffsetCommit outside any generation, as an admin commits to
+an empty group). The Spark sink keeps its per-batch decisions this way.
+
+Requests go to the group's coordinator and are sent again while the answer is retriable: the
+coordinator loading or moved, a connection lost, or (reading) an offset still pending in an
+open transaction. Other errors are raised with Kafka's names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.client.blocking import Connection
+from onceflow.client.errors import KafkaApiError, Unreachable
+from onceflow.client.participant_link import Link, version
+from onceflow.client.retry import retrying
+from onceflow.client.wire import request_entity
+from onceflow.errors import ErrorCode
+from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
+
+__all__ = ["CommittedOffset", "GroupOffsets"]
+
+# v8 is the first with a list of groups (and Kafka 3.0's); require_stable exists since v7.
+OFFSET_FETCH_VERSIONS = (8, 9)
+# v2 to v9 share the shape used here (v2-v4's retention time defaults to the broker's).
+OFFSET_COMMIT_VERSIONS = (2, 9)
+_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+
+
+class GroupOffsets:
+    """The committed offsets of `group`, reached through `link`."""
+
+    def __init__(self, link: Link, group: str, timeout_s: float) -> None:
+        self.link = link
+        self.group = group
+        self.timeout_s = timeout_s
+        self._coordinator: Connection | None = None
+
+    def committed(self, topic: str, partition: int) -> CommittedOffset | None:
+        """The committed offset of topic-partition, None when there is none; an offset
+        still pending in a transaction is waited out (UNSTABLE_OFFSET_COMMIT is retried)."""
+
+        def request(connection: Connection) -> tuple[int, int, Any]:
+            v = version(connection, ApiKey.OFFSET_FETCH, *OFFSET_FETCH_VERSIONS)
+            wanted = request_entity(
+                ApiKey.OFFSET_FETCH,
+                v,
+                "OffsetFetchRequestTopics",
+                name=topic,
+                partition_indexes=(partition,),
+            )
+            group = request_entity(
+                ApiKey.OFFSET_FETCH,
+                v,
+                "OffsetFetchRequestGroup",
+                group_id=self.group,
+                topics=(wanted,),
+            )
+            body = build(request_type(ApiKey.OFFSET_FETCH, v), groups=(group,), require_stable=True)
+            return ApiKey.OFFSET_FETCH, v, body
+
+        def error_of(answer: Any) -> int:
+            (group,) = answer.groups
+            if group.error_code != ErrorCode.none:
+                return int(group.error_code)
+            return max((int(p.error_code) for t in group.topics for p in t.partitions), default=0)
+
+        answer = self._call("OffsetFetch", request, error_of)
+        for t in answer.groups[0].topics:
+            for p in t.partitions:
+                if t.name == topic and p.partition_index == partition and p.committed_offset >= 0:
+                    return CommittedOffset(int(p.committed_offset), p.metadata or "")
+        return None
+
+    def commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
+        """Commit `offset` with `metadata`, acknowledged once the coordinator made it durable;
+        the same value committed twice is one commit."""
+
+        def request(connection: Connection) -> tuple[int, int, Any]:
+            v = version(connection, ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_VERSIONS)
+            entry = request_entity(
+                ApiKey.OFFSET_COMMIT,
+                v,
+                "OffsetCommitRequestPartition",
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                commit_timestamp=-1,
+                committed_metadata=metadata,
+            )
+            topics = request_entity(
+                ApiKey.OFFSET_COMMIT, v, "OffsetCommitRequestTopic", name=topic, partitions=(entry,)
+            )
+            body = build(
+                request_type(ApiKey.OFFSET_COMMIT, v),
+                group_id=self.group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(topics,),
+            )
+            return ApiKey.OFFSET_COMMIT, v, body
+
+        def error_of(answer: Any) -> int:
+            return max((int(p.error_code) for t in answer.topics for p in t.partitions), default=0)
+
+        self._call("OffsetCommit", request, error_of)
+
+    def _call(
+        self,
+        what: str,
+        request: Callable[[Connection], tuple[int, int, Any]],
+        error_of: Callable[[Any], int],
+    ) -> Any:
+        def attempt() -> tuple[int, Any]:
+            try:
+                if self._coordinator is None:
+                    _, self._coordinator = self.link.wire.group_coordinator(self.group)
+                api_key, v, body = request(self._coordinator)
+                answer = self._coordinator.call_at(api_key, v, body)
+            except Unreachable:
+                self.link.reset()
+                self._coordinator = None
+                return int(ErrorCode.network_exception), None
+            except KafkaApiError as exc:  # FindCoordinator's own refusal
+                return exc.code, None
+            code = error_of(answer)
+            if code in _MOVED:
+                self._coordinator = None
+            return code, answer
+
+        code, answer = retrying(
+            attempt,
+            lambda result: ErrorCode(result[0]).retriable,
+            self.timeout_s,
+            self.link.backoff_s,
+        )
+        if answer is None and code == ErrorCode.network_exception:
+            raise Unreachable(f"{what} of group {self.group}: no broker answered")
+        if code != ErrorCode.none:
+            name = ErrorCode(code).name.upper()
+            raise KafkaApiError(code, f"{what} of group {self.group}: {name}")
+        return answer
