@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.client.blocking import Connection
-from onceflow.client.errors import KafkaApiError, Unreachable
-from onceflow.client.participant_link import Link, version
-from onceflow.client.retry import retrying
+from onceflow.client.participant_link import Link, coordinator_request, version
 from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
@@ -28,7 +26,6 @@ __all__ = ["CommittedOffset", "GroupOffsets"]
 OFFSET_FETCH_VERSIONS = (8, 9)
 # v2 to v9 share the shape used here (v2-v4's retention time defaults to the broker's).
 OFFSET_COMMIT_VERSIONS = (2, 9)
-_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,32 +119,20 @@ class GroupOffsets:
         request: Callable[[Connection], tuple[int, int, Any]],
         error_of: Callable[[Any], int],
     ) -> Any:
-        def attempt() -> tuple[int, Any]:
-            try:
-                if self._coordinator is None:
-                    _, self._coordinator = self.link.wire.group_coordinator(self.group)
-                api_key, v, body = request(self._coordinator)
-                answer = self._coordinator.call_at(api_key, v, body)
-            except Unreachable:
-                self.link.reset()
-                self._coordinator = None
-                return int(ErrorCode.network_exception), None
-            except KafkaApiError as exc:  # FindCoordinator's own refusal
-                return exc.code, None
-            code = error_of(answer)
-            if code in _MOVED:
-                self._coordinator = None
-            return code, answer
-
-        code, answer = retrying(
-            attempt,
-            lambda result: ErrorCode(result[0]).retriable,
+        return coordinator_request(
+            self.link,
+            self._find,
+            self._moved,
+            f"{what} of group {self.group}",
+            request,
+            error_of,
             self.timeout_s,
-            self.link.backoff_s,
         )
-        if answer is None and code == ErrorCode.network_exception:
-            raise Unreachable(f"{what} of group {self.group}: no broker answered")
-        if code != ErrorCode.none:
-            name = ErrorCode(code).name.upper()
-            raise KafkaApiError(code, f"{what} of group {self.group}: {name}")
-        return answer
+
+    def _find(self) -> Connection:
+        if self._coordinator is None:
+            _, self._coordinator = self.link.wire.group_coordinator(self.group)
+        return self._coordinator
+
+    def _moved(self) -> None:
+        self._coordinator = None

@@ -30,6 +30,7 @@ __all__ = [
     "Link",
     "add_partitions",
     "complete_transactions",
+    "coordinator_request",
     "end_txn",
     "init_producer_id",
     "offers_complete_transactions",
@@ -138,31 +139,55 @@ def _coordinator_call(
     error_of: Callable[[Any], int],
     timeout_s: float,
 ) -> Any:
-    """One coordinator request, sent again while it fails retriably; its answer."""
+    """One request to the coordinator of `transactional_id`, sent again while it fails
+    retriably; its answer."""
+    return coordinator_request(
+        link,
+        lambda: link.coordinator(transactional_id),
+        link.coordinator_moved,
+        f"{what} of transactional id {transactional_id}",
+        request,
+        error_of,
+        timeout_s,
+    )
+
+
+def coordinator_request(
+    link: Link,
+    coordinator: Callable[[], Connection],
+    moved: Callable[[], None],
+    what: str,
+    request: Callable[[Connection], tuple[int, int, Any]],
+    error_of: Callable[[Any], int],
+    timeout_s: float,
+) -> Any:
+    """One request to a coordinator (`coordinator()` finds it, `moved()` forgets it), sent
+    again while it fails retriably or the connection was lost; its answer. Other errors are
+    raised as KafkaApiError naming `what`."""
 
     def attempt() -> tuple[int, Any]:
         try:
-            connection = link.coordinator(transactional_id)
+            connection = coordinator()
             api_key, v, body = request(connection)
             answer = connection.call_at(api_key, v, body)
         except Unreachable:
             link.reset()
+            moved()
             return int(ErrorCode.network_exception), None
         except KafkaApiError as exc:  # FindCoordinator's own refusal
             return exc.code, None
         code = error_of(answer)
         if code in _MOVED:
-            link.coordinator_moved()
+            moved()
         return code, answer
 
     code, answer = retrying(
         attempt, lambda result: ErrorCode(result[0]).retriable, timeout_s, link.backoff_s
     )
     if answer is None and code == ErrorCode.network_exception:
-        raise Unreachable(f"{what} of transactional id {transactional_id}: no broker answered")
+        raise Unreachable(f"{what}: no broker answered")
     if code != ErrorCode.none:
-        name = ErrorCode(code).name.upper()
-        raise KafkaApiError(code, f"{what} of transactional id {transactional_id}: {name}")
+        raise KafkaApiError(code, f"{what}: {ErrorCode(code).name.upper()}")
     return answer
 
 
