@@ -170,3 +170,40 @@ def test_records_round_trip_and_bad_ones_are_refused() -> None:
             decode_key(bad)
     with pytest.raises(CorruptShareRecord):
         decode_value(encode_value(snapshot)[:-1])
+
+
+def test_a_commit_outlives_a_snapshot_written_before_its_leader_learned_of_it() -> None:
+    # The share-partition's leader is another broker: it writes 0..9 Available (held
+    # by the transaction, it does not know the commit yet) after the marker landed here.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        log = MemoryLog()
+        store = _store(log)
+        key = ShareKey("g", uuid.uuid4(), 0)
+        unaware = ShareSnapshot(0, 0, (StateBatch(0, 9, RecordState.AVAILABLE, 1),))
+        store.write(key, unaware, 0)
+        store.write_txn_update(key, ((0, 4, RecordState.ACKNOWLEDGED),), "t", 7, 0, 0)
+        store.write_txn_update(key, ((5, 9, RecordState.AVAILABLE),), "t", 7, 0, 0)
+        held = store.read_with_pending(key)
+        assert held is not None and {b.state for b in held.batches} == {RecordState.ACQUIRED}
+        assert store.read(key) == unaware  # what is written never holds Acquired
+        log.marker(0, 7, commit=True)
+        assert store.complete_txn(7, True, 0) == [key]
+        decided = ShareSnapshot(0, 5, (StateBatch(5, 9, RecordState.AVAILABLE, 1),))
+        assert store.read_with_pending(key) == decided
+        store.write(key, unaware, 0)  # the leader, still unaware
+        assert store.read(key) == decided
+        assert _store(log).read(key) == decided  # and so on replay
+        # Once the start offset passed them, the committed states are dropped.
+        store.write(key, ShareSnapshot(0, 10, ()), 0)
+        store.write(key, ShareSnapshot(0, 10, ()), 0)
+        assert store.read(key) == ShareSnapshot(0, 10, ())
+        # A new state epoch (AlterShareGroupOffsets back to 0) is not overridden.
+        rewound = ShareSnapshot(1, 0, (StateBatch(0, 9, RecordState.AVAILABLE, 1),))
+        store.write_txn_update(key, ((0, 9, RecordState.ACKNOWLEDGED),), "t", 7, 0, 0)
+        store.complete_txn(7, True, 0)
+        store.write(key, rewound, 0)
+        assert store.read(key) == rewound
+    finally:
+        loop.close()

@@ -75,6 +75,8 @@ class ApiKey(IntEnum):
     COMPLETE_TRANSACTIONS = 32000
     # Acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
     TXN_SHARE_ACKNOWLEDGE = 32001
+    # Its hop between brokers (protocol/txn_write_share_state.py).
+    TXN_WRITE_SHARE_GROUP_STATE = 32002
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -132,6 +134,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),
+    ApiKey.TXN_WRITE_SHARE_GROUP_STATE: (0, 0),  # between brokers
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),

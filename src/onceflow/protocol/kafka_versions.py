@@ -155,4 +155,9 @@ GAPS: dict[int, str] = {
         "(protocol/txn_share_acknowledge.py); no Kafka API. Listed only to Onceflow's own "
         "clients"
     ),
+    32002: (
+        "Onceflow's own TxnWriteShareGroupState: a transactional acknowledgement carried "
+        "from a share-partition's leader to its share coordinator (protocol/"
+        "txn_write_share_state.py); between brokers only (CLUSTER_ACTION)"
+    ),
 }

@@ -33,11 +33,12 @@ from onceflow.coordinator.share.partition import (
     FetchedBatch,
     ShareLimits,
     SharePartition,
+    StateBatch,
     type_runs,
 )
-from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
+from onceflow.coordinator.share.records import Ranges, ShareKey, ShareSnapshot
 from onceflow.coordinator.share.sessions import ShareSessions
-from onceflow.coordinator.share.state import AcknowledgeType
+from onceflow.coordinator.share.state import AcknowledgeType, RecordState
 from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.errors import ErrorCode, KafkaError
 
@@ -87,6 +88,19 @@ class SnapshotPersister(Protocol):
 
     def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
 
+    def write_txn(
+        self,
+        key: ShareKey,
+        ranges: Ranges,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> Awaitable[Any]:
+        """Append a transactional acknowledgement as the producer's record in the key's
+        state partition (added to the transaction before), wherever it is led."""
+        ...
+
     async def group_configs(self, group_id: str) -> dict[str, str] | None:
         """A group's config overrides where its partition is led (None: here)."""
         ...
@@ -102,6 +116,12 @@ class HeldPartition:
     topic: str
     partition: SharePartition
     state_epoch: int = 0
+    #: Transactional acknowledgement writes not yet answered, and a count of them ever
+    #: started: a check of the pending runs against the share coordinator is trusted only
+    #: when none was in flight from its start to its answer.
+    txn_writes_in_flight: int = 0
+    txn_writes_started: int = 0
+    next_pending_check_ms: int = 0
 
 
 AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
@@ -109,6 +129,13 @@ AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
 #: the transaction's end decides them).
 RECOVERED_MEMBER = "<recovered transaction>"
 CONFIGS_REFRESH_MS = 5_000  # how long a group's configs read from another broker are used
+#: How often a share-partition with transactional acknowledgements pending asks its share
+#: coordinator whether their transactions ended (the markers land there, maybe on
+#: another broker, and in a new leader after a failover).
+PENDING_CHECK_MS = 200
+#: The producer of records found tied to a transaction at load from another broker (its
+#: id stays there): only the share coordinator's answer settles them.
+UNKNOWN_PRODUCER = -1
 
 
 class ShareCoordinator:
@@ -239,8 +266,13 @@ class ShareCoordinator:
                 return held
             sp = SharePartition(log_start, limits)
             if snapshot is not None:
-                sp.restore(snapshot.start_offset, snapshot.batches)
+                held_by_txn = [b for b in snapshot.batches if b.state is RecordState.ACQUIRED]
+                sp.restore(snapshot.start_offset, _as_available(snapshot.batches))
                 held = HeldPartition(topic, sp, snapshot.state_epoch)
+                for b in held_by_txn:  # held until their transaction ends
+                    sp.mark_pending(
+                        b.first, b.last, UNKNOWN_PRODUCER, RecordState.AVAILABLE, RECOVERED_MEMBER
+                    )
                 for producer_id, ranges in self.store.pending_for(key):
                     for first, last, target in ranges:  # held until the transaction ends
                         sp.mark_pending(first, last, producer_id, target, RECOVERED_MEMBER)
@@ -313,10 +345,15 @@ class ShareCoordinator:
         if error is not ErrorCode.none:
             return error, None
         ranges = tuple((first, last, PENDING_TARGETS[kind]) for first, last, kind in pieces)
-        written = self.store.write_txn_update(
-            key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
-        )
-        return ErrorCode.none, written
+        try:
+            written = self.persister.write_txn(
+                key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
+            )
+        except KafkaError as exc:
+            written = _failed(exc)
+        held.txn_writes_in_flight += 1
+        held.txn_writes_started += 1
+        return ErrorCode.none, _counted(held, written)
 
     def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
         """A transaction's marker reached a `__share_group_state` partition: its
@@ -367,6 +404,24 @@ class ShareCoordinator:
         epoch = 0 if snapshot is None else snapshot.state_epoch + 1
         await self.persister.write(key, ShareSnapshot(epoch, offset, ()), self._clock.now_ms())
 
+    async def check_pending(self, key: ShareKey, held: HeldPartition) -> None:
+        """Settle the pending runs whose transaction ended at the share coordinator."""
+        if held.txn_writes_in_flight:
+            return
+        started = held.txn_writes_started
+        try:
+            decided = await self.persister.read(key)
+        except KafkaError:
+            return  # a coordinator moving or loading: asked again at the next check
+        if held.txn_writes_in_flight or held.txn_writes_started != started:
+            return  # a write raced the answer
+        if self.held.get(key) is not held or decided is None:
+            return
+        if decided.state_epoch == held.state_epoch and held.partition.resolve_pending(
+            decided.start_offset, decided.batches
+        ):
+            self._changed(key, held)
+
     # -- time
 
     async def poll(self) -> None:
@@ -377,6 +432,9 @@ class ShareCoordinator:
                 log.info("share group %s: member %s expired", group.group_id, member_id)
                 self._member_gone(group.group_id, member_id)
         for key, held in self.held.items():
+            if held.next_pending_check_ms <= now and held.partition.pending_producers():
+                held.next_pending_check_ms = now + PENDING_CHECK_MS
+                _background(self.check_pending(key, held))
             deadline = held.partition.next_deadline()
             if deadline is not None and deadline <= now:
                 released = held.partition.expire_locks(now)
@@ -392,7 +450,7 @@ class _LocalPersister:
         self._store = store
 
     async def read(self, key: ShareKey) -> ShareSnapshot | None:
-        return self._store.read(key)
+        return self._store.read_with_pending(key)
 
     def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]:
         return self._store.write(key, snapshot, now_ms)
@@ -400,11 +458,42 @@ class _LocalPersister:
     def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
         return self._store.delete(key, now_ms)
 
+    def write_txn(
+        self,
+        key: ShareKey,
+        ranges: Ranges,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> Awaitable[Any]:
+        return self._store.write_txn_update(
+            key, ranges, transactional_id, producer_id, producer_epoch, now_ms
+        )
+
     async def group_configs(self, group_id: str) -> dict[str, str] | None:
         return None
 
     async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
         return None
+
+
+def _as_available(batches: Sequence[StateBatch]) -> list[StateBatch]:
+    return [
+        b._replace(state=RecordState.AVAILABLE) if b.state is RecordState.ACQUIRED else b
+        for b in batches
+    ]
+
+
+async def _counted(held: HeldPartition, written: Awaitable[Any]) -> Any:
+    try:
+        return await written
+    finally:
+        held.txn_writes_in_flight -= 1
+
+
+async def _failed(exc: KafkaError) -> Any:
+    raise exc
 
 
 def _background(written: Awaitable[Any]) -> None:
