@@ -5,8 +5,10 @@ producer's transactional record) and the transaction's coordinator (which adds t
 partition to the transaction and writes the markers there). A copier from a share group
 to a topic runs its transactions across the three, with aborts on purpose; the share
 coordinator's broker or the transaction coordinator's broker is killed with kill -9 while
-a transaction holds acknowledgements. The output, read committed, is exactly the input:
-nothing acknowledged comes back, nothing aborted is lost."""
+a transaction holds acknowledgements, and so is the share-partition's leader (its successor
+loads the records held by the open transaction from the share coordinator). The output,
+read committed, is exactly the input: nothing acknowledged comes back, nothing aborted is
+lost."""
 
 from __future__ import annotations
 
@@ -126,7 +128,10 @@ class Copier:
         self.proc.wait(10)
 
 
-@pytest.mark.parametrize("victim", ["none", "share coordinator", "transaction coordinator"])
+VICTIMS = ["none", "share coordinator", "transaction coordinator", "share-partition leader"]
+
+
+@pytest.mark.parametrize("victim", VICTIMS)
 def test_transactional_acknowledgements_across_three_brokers(
     cluster_factory: Callable[..., Cluster], victim: str
 ) -> None:
@@ -150,7 +155,11 @@ def test_transactional_acknowledgements_across_three_brokers(
     killed: ClusterBroker | None = None
     if victim != "none":
         copier.wait_for("PAUSED")  # transaction 2 holds acknowledgements, not yet committed
-        broker_id = roles.state if victim == "share coordinator" else roles.txn
+        broker_id = {
+            "share coordinator": roles.state,
+            "transaction coordinator": roles.txn,
+            "share-partition leader": roles.share,  # its successor loads what is held
+        }[victim]
         killed = cluster.broker(broker_id)
         killed.kill()
     killed_at = time.monotonic()
