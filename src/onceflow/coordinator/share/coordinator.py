@@ -19,7 +19,9 @@ from typing import Any, Protocol
 
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
+from onceflow.coordinator.share import durable_membership as durable
 from onceflow.coordinator.share import group as membership
+from onceflow.coordinator.share.durable_membership import DurableMembership
 from onceflow.coordinator.share.group import (
     Heartbeat,
     HeartbeatAnswer,
@@ -159,26 +161,66 @@ class ShareCoordinator:
         self.sessions = ShareSessions()
         self.counters = ShareCounters()
         self._configs_fresh_until: dict[str, int] = {}
+        #: Where membership is kept (`__consumer_offsets`); set by the broker.
+        self.membership: DurableMembership | None = None
         #: Called with (topic, partition) when records there become available again.
         self.on_available: Callable[[str, int], None] = lambda topic, partition: None
 
     # -- membership
 
-    def heartbeat(self, hb: Heartbeat) -> tuple[HeartbeatAnswer, int]:
-        """The answer and the heartbeat interval to tell."""
+    def heartbeat(self, hb: Heartbeat) -> tuple[HeartbeatAnswer, int, Awaitable[int] | None]:
+        """The answer, the heartbeat interval to tell, and the membership write to await
+        before answering (None: nothing changed)."""
         settings = self.group_configs.of(hb.group_id)
         limits = MembershipLimits(settings.session_timeout_ms, self.config.max_size)
         group = self.groups.get(hb.group_id)
+        before = durable.view(group)
         if group is None:
             if hb.member_epoch != membership.JOIN_EPOCH:
-                return HeartbeatAnswer(ErrorCode.unknown_member_id, "unknown member"), 0
+                return HeartbeatAnswer(ErrorCode.unknown_member_id, "unknown member"), 0, None
             group = self.groups[hb.group_id] = ShareGroup(hb.group_id)
         answer = membership.heartbeat(
             group, hb, self._clock.monotonic_ms(), limits, self._partitions_of
         )
         if answer.left:
             self._member_gone(hb.group_id, hb.member_id)
-        return answer, settings.heartbeat_interval_ms
+        return answer, settings.heartbeat_interval_ms, self._record(hb.group_id, before)
+
+    def _record(
+        self, group_id: str, before: tuple[int, dict[str, durable.MemberView]]
+    ) -> Awaitable[int] | None:
+        if self.membership is None:
+            return None
+        return self.membership.changes(
+            group_id, before, self.groups.get(group_id), self._clock.now_ms()
+        )
+
+    def load_groups(self, partition: int) -> None:
+        """This broker now leads `__consumer_offsets-<partition>`: its share groups, as
+        their records left them, each member given a session to come back in."""
+        if self.membership is None:
+            return
+        self.unload_groups(partition)
+        now = self._clock.monotonic_ms()
+        for group_id, group in self.membership.load(partition, now).items():
+            timeout = self.group_configs.of(group_id).session_timeout_ms
+            for member in group.members.values():
+                member.deadline_ms = now + timeout
+            self.groups[group_id] = group
+            log.info(
+                "share group %s loaded: epoch %d, %d members",
+                group_id,
+                group.epoch,
+                len(group.members),
+            )
+
+    def unload_groups(self, partition: int) -> None:
+        """Another broker coordinates the groups of that partition now."""
+        if self.membership is None:
+            return
+        for group_id in [g for g in self.groups if self.membership.partition_for(g) == partition]:
+            for member_id in self.groups.pop(group_id).members:
+                self.sessions.close_member(group_id, member_id)
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.close_member(group_id, member_id)
@@ -204,7 +246,10 @@ class ShareCoordinator:
             return ErrorCode.non_empty_group
         if group is None and not self.store_keys(group_id):
             return ErrorCode.group_id_not_found
-        self.groups.pop(group_id, None)
+        before = durable.view(self.groups.pop(group_id, None))
+        written = self._record(group_id, before)
+        if written is not None:
+            await written
         for key in [k for k in self.held if k.group_id == group_id]:
             del self.held[key]
         await self.delete_states(self.store_keys(group_id))
@@ -428,9 +473,13 @@ class ShareCoordinator:
         """Expire members whose session ran out and acquisition locks that ran out."""
         now = self._clock.monotonic_ms()
         for group in self.groups.values():
+            before = durable.view(group)
             for member_id in membership.expire(group, now):
                 log.info("share group %s: member %s expired", group.group_id, member_id)
                 self._member_gone(group.group_id, member_id)
+            written = self._record(group.group_id, before)
+            if written is not None:
+                _background(written)
         for key, held in self.held.items():
             if held.next_pending_check_ms <= now and held.partition.pending_producers():
                 held.next_pending_check_ms = now + PENDING_CHECK_MS
