@@ -292,11 +292,18 @@ class ShareCoordinator:
     # -- share-partitions
 
     async def held_partition(
-        self, key: ShareKey, topic: str, log_start: int, log_end: int
+        self,
+        key: ShareKey,
+        topic: str,
+        log_start: int,
+        log_end: int,
+        offset_for_time: Callable[[int], int | None] = lambda ts: None,
     ) -> HeldPartition:
         """The share-partition, initialized on first use: from its durable state, else at
         the group's share.auto.offset.reset (written at once, as Kafka's Initialize, so
-        "latest" means the end when the group first read, not at every restart)."""
+        "latest" means the end when the group first read, not at every restart).
+        by_duration:<d> starts at the first record of the last <d> (`offset_for_time`, a
+        ListOffsets by timestamp), the end when there is none."""
         held = self.held.get(key)
         if held is None:
             settings = self.group_configs.of(key.group_id)
@@ -323,6 +330,10 @@ class ShareCoordinator:
                         sp.mark_pending(first, last, producer_id, target, RECOVERED_MEMBER)
             else:
                 start = log_start if settings.auto_offset_reset == "earliest" else log_end
+                duration = settings.reset_duration_ms
+                if duration is not None:
+                    found = offset_for_time(self._clock.now_ms() - duration)
+                    start = log_end if found is None else max(found, log_start)
                 sp.restore(start, ())
                 held = HeldPartition(topic, sp)
                 _background(self._persist(key, held))
