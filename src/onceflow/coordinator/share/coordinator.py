@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
@@ -30,19 +30,28 @@ from onceflow.coordinator.share.group import (
 )
 from onceflow.coordinator.share.group_configs import GroupConfigs
 from onceflow.coordinator.share.partition import (
-    PENDING_TARGETS,
     AcquiredRange,
     FetchedBatch,
     ShareLimits,
     SharePartition,
     StateBatch,
-    type_runs,
 )
-from onceflow.coordinator.share.records import Ranges, ShareKey, ShareSnapshot
+from onceflow.coordinator.share.persister import LocalPersister, SnapshotPersister
+from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
 from onceflow.coordinator.share.sessions import ShareSessions
 from onceflow.coordinator.share.state import AcknowledgeType, RecordState
 from onceflow.coordinator.share.store import ShareStateStore
+from onceflow.coordinator.share.txn_acks import (
+    PENDING_CHECK_MS,
+    RECOVERED_MEMBER,
+    UNKNOWN_PRODUCER,
+    AckBatch,
+    HeldPartition,
+    TransactionalAcknowledgements,
+)
 from onceflow.errors import ErrorCode, KafkaError
+
+__all__ = ["AckBatch", "HeldPartition", "ShareCoordinator", "ShareCoordinatorConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -80,67 +89,10 @@ class ShareCounters:
     lock_expired: int = 0
 
 
-class SnapshotPersister(Protocol):
-    """Reads and writes share-partition snapshots wherever their state partition is led
-    (the store here, or another broker's share coordinator)."""
-
-    async def read(self, key: ShareKey) -> ShareSnapshot | None: ...
-
-    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]: ...
-
-    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
-
-    def write_txn(
-        self,
-        key: ShareKey,
-        ranges: Ranges,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        now_ms: int,
-    ) -> Awaitable[Any]:
-        """Append a transactional acknowledgement as the producer's record in the key's
-        state partition (added to the transaction before), wherever it is led."""
-        ...
-
-    async def group_configs(self, group_id: str) -> dict[str, str] | None:
-        """A group's config overrides where its partition is led (None: here)."""
-        ...
-
-    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
-        """Forward an IncrementalAlterConfigs of the group to where its partition is led;
-        the answer (None: here)."""
-        ...
-
-
-@dataclass(slots=True)
-class HeldPartition:
-    topic: str
-    partition: SharePartition
-    state_epoch: int = 0
-    #: Transactional acknowledgement writes not yet answered, and a count of them ever
-    #: started: a check of the pending runs against the share coordinator is trusted only
-    #: when none was in flight from its start to its answer.
-    txn_writes_in_flight: int = 0
-    txn_writes_started: int = 0
-    next_pending_check_ms: int = 0
-
-
-AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
-#: Who holds records tied to an open transaction found at load (their consumer is gone;
-#: the transaction's end decides them).
-RECOVERED_MEMBER = "<recovered transaction>"
 CONFIGS_REFRESH_MS = 5_000  # how long a group's configs read from another broker are used
-#: How often a share-partition with transactional acknowledgements pending asks its share
-#: coordinator whether their transactions ended (the markers land there, maybe on
-#: another broker, and in a new leader after a failover).
-PENDING_CHECK_MS = 200
-#: The producer of records found tied to a transaction at load from another broker (its
-#: id stays there): only the share coordinator's answer settles them.
-UNKNOWN_PRODUCER = -1
 
 
-class ShareCoordinator:
+class ShareCoordinator(TransactionalAcknowledgements):
     def __init__(
         self,
         clock: Clock,
@@ -153,7 +105,7 @@ class ShareCoordinator:
         self.config = config
         self.store = store
         #: Snapshots go here; the broker replaces it with one that reaches other brokers.
-        self.persister: SnapshotPersister = _LocalPersister(store)
+        self.persister: SnapshotPersister = LocalPersister(store)
         self._partitions_of = partitions_of
         self.group_configs = GroupConfigs(broker_config, store.group_configs)
         self.groups: dict[str, ShareGroup] = {}
@@ -381,44 +333,6 @@ class ShareCoordinator:
             self.on_available(held.topic, key.partition)
         return error, (self._persist(key, held) if changed else None)
 
-    def txn_acknowledge(
-        self,
-        key: ShareKey,
-        member: str,
-        batches: Sequence[AckBatch],
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-    ) -> tuple[ErrorCode, Awaitable[int] | None]:
-        """Acknowledgements inside `producer_id`'s transaction (its state partition was
-        added to it): validated now, written as the producer's transactional record, and
-        applied by `complete_txn` when its marker arrives."""
-        held = self.held.get(key)
-        if held is None:
-            return ErrorCode.invalid_record_state, None
-        pieces = [p for first, last, types in batches for p in type_runs(first, last, types)]
-        error = held.partition.acknowledge_pending(member, pieces, producer_id)
-        if error is not ErrorCode.none:
-            return error, None
-        ranges = tuple((first, last, PENDING_TARGETS[kind]) for first, last, kind in pieces)
-        try:
-            written = self.persister.write_txn(
-                key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
-            )
-        except KafkaError as exc:
-            written = _failed(exc)
-        held.txn_writes_in_flight += 1
-        held.txn_writes_started += 1
-        return ErrorCode.none, _counted(held, written)
-
-    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
-        """A transaction's marker reached a `__share_group_state` partition: its
-        acknowledgements there take effect (commit) or the records are released (abort)."""
-        for key in self.store.complete_txn(producer_id, commit, partition):
-            held = self.held.get(key)
-            if held is not None and held.partition.complete_pending(producer_id, commit):
-                self._changed(key, held)
-
     def _count_acks(self, first: int, last: int, types: Sequence[int]) -> None:
         names = {1: "accept", 2: "release", 3: "reject"}
         if len(types) == 1:
@@ -460,24 +374,6 @@ class ShareCoordinator:
         epoch = 0 if snapshot is None else snapshot.state_epoch + 1
         await self.persister.write(key, ShareSnapshot(epoch, offset, ()), self._clock.now_ms())
 
-    async def check_pending(self, key: ShareKey, held: HeldPartition) -> None:
-        """Settle the pending runs whose transaction ended at the share coordinator."""
-        if held.txn_writes_in_flight:
-            return
-        started = held.txn_writes_started
-        try:
-            decided = await self.persister.read(key)
-        except KafkaError:
-            return  # a coordinator moving or loading: asked again at the next check
-        if held.txn_writes_in_flight or held.txn_writes_started != started:
-            return  # a write raced the answer
-        if self.held.get(key) is not held or decided is None:
-            return
-        if decided.state_epoch == held.state_epoch and held.partition.resolve_pending(
-            decided.start_offset, decided.batches
-        ):
-            self._changed(key, held)
-
     # -- time
 
     async def poll(self) -> None:
@@ -503,57 +399,11 @@ class ShareCoordinator:
                     self._changed(key, held)
 
 
-class _LocalPersister:
-    """A single broker's: the store leads every state partition."""
-
-    def __init__(self, store: ShareStateStore) -> None:
-        self._store = store
-
-    async def read(self, key: ShareKey) -> ShareSnapshot | None:
-        return self._store.read_with_pending(key)
-
-    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]:
-        return self._store.write(key, snapshot, now_ms)
-
-    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
-        return self._store.delete(key, now_ms)
-
-    def write_txn(
-        self,
-        key: ShareKey,
-        ranges: Ranges,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        now_ms: int,
-    ) -> Awaitable[Any]:
-        return self._store.write_txn_update(
-            key, ranges, transactional_id, producer_id, producer_epoch, now_ms
-        )
-
-    async def group_configs(self, group_id: str) -> dict[str, str] | None:
-        return None
-
-    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
-        return None
-
-
 def _as_available(batches: Sequence[StateBatch]) -> list[StateBatch]:
     return [
         b._replace(state=RecordState.AVAILABLE) if b.state is RecordState.ACQUIRED else b
         for b in batches
     ]
-
-
-async def _counted(held: HeldPartition, written: Awaitable[Any]) -> Any:
-    try:
-        return await written
-    finally:
-        held.txn_writes_in_flight -= 1
-
-
-async def _failed(exc: KafkaError) -> Any:
-    raise exc
 
 
 def _background(written: Awaitable[Any]) -> None:
