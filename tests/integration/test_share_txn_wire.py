@@ -17,7 +17,7 @@ from onceflow.protocol.api_versions import ApiKey
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.share import create_topic
 from tests.helpers.wire import RawConnection
-from tests.integration.test_core_versions_wire import request
+from tests.integration.test_core_versions_wire import entity, request
 
 KEY = ApiKey.TXN_WRITE_SHARE_GROUP_STATE
 
@@ -74,6 +74,32 @@ def test_an_acknowledgement_outside_the_transaction_is_refused(broker: BrokerPro
     producer.init()
     with RawConnection(broker.bootstrap) as conn:
         topic_id = _topic_id(conn, "jobs")
+        initialized = conn.call(
+            request(
+                ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+                0,
+                group_id="g",
+                topics=(
+                    entity(
+                        ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+                        0,
+                        "InitializeStateData",
+                        topic_id=topic_id,
+                        partitions=(
+                            entity(
+                                ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+                                0,
+                                "PartitionData",
+                                partition=0,
+                                state_epoch=0,
+                                start_offset=0,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert initialized.results[0].partitions[0].error_code == ErrorCode.none
         # No transaction open: the state partition cannot be in it.
         refused = _write(conn, producer, topic_id, int(RecordState.ACKNOWLEDGED))
         assert refused is ErrorCode.invalid_txn_state
@@ -85,6 +111,34 @@ def test_an_acknowledgement_outside_the_transaction_is_refused(broker: BrokerPro
         assert refused is ErrorCode.invalid_txn_state
         assert _write(conn, producer, topic_id, 3) is ErrorCode.invalid_request
         producer.abort()
+        # A refused acknowledgement holds nothing: no record reads as tied to a transaction.
+        read = conn.call(
+            request(
+                ApiKey.READ_SHARE_GROUP_STATE,
+                0,
+                group_id="g",
+                topics=(
+                    entity(
+                        ApiKey.READ_SHARE_GROUP_STATE,
+                        0,
+                        "ReadStateData",
+                        topic_id=topic_id,
+                        partitions=(
+                            entity(
+                                ApiKey.READ_SHARE_GROUP_STATE,
+                                0,
+                                "PartitionData",
+                                partition=0,
+                                leader_epoch=0,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        state = read.results[0].partitions[0]
+        assert state.error_code == ErrorCode.none
+        assert [b.delivery_state for b in state.state_batches] == []
         # The broker still serves the connection.
         assert _topic_id(conn, "jobs") == topic_id
     producer.close()

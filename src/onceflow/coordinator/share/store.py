@@ -10,6 +10,7 @@ was answered for survives a kill -9 and a leader move. Loading keeps each key's 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Iterable
 from typing import Protocol
@@ -244,7 +245,8 @@ class ShareStateStore:
         now_ms: int,
     ) -> Awaitable[int]:
         """Append the acknowledgement as the producer's transactional record (its partition
-        was added to the transaction before)."""
+        was added to the transaction before). It waits for the producer's marker once the
+        append succeeded: one refused (not in the transaction, KIP-890) holds nothing."""
         partition = self._check_served(self.partition_for(key))
         raw_key, value = encode_txn_update(key, ranges)
         batch = build_batch(
@@ -254,8 +256,20 @@ class ShareStateStore:
             producer_epoch=producer_epoch,
             transactional=True,
         )
-        written = self._log.append(partition, batch, transactional_id)
-        self._pending[partition].setdefault(producer_id, []).append((key, ranges))
+        written = asyncio.ensure_future(self._log.append(partition, batch, transactional_id))
+        pending = self._pending[partition]
+
+        def appended(done: asyncio.Future[int]) -> None:
+            # Before the answer (this callback was added first), so before any marker.
+            if done.cancelled() or done.exception() is not None:
+                return
+            if self._pending.get(partition) is pending:  # not reloaded meanwhile
+                pending.setdefault(producer_id, []).append((key, ranges))
+
+        if written.done():
+            appended(written)
+        else:
+            written.add_done_callback(appended)
         return written
 
     def pending_for(self, key: ShareKey) -> list[tuple[int, Ranges]]:
