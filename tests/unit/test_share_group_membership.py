@@ -207,3 +207,39 @@ def test_a_commit_outlives_a_snapshot_written_before_its_leader_learned_of_it() 
         assert store.read(key) == rewound
     finally:
         loop.close()
+
+
+SIZES_ASSIGNMENT = frozenset({TopicPartition("a", 0), TopicPartition("a", 1)})
+
+
+def test_membership_records_replay_to_the_last_write() -> None:
+    from onceflow.coordinator.group.offsets import encode_offset_key
+    from onceflow.coordinator.share import membership_records as records
+    from onceflow.coordinator.share.group import ShareMember
+
+    group = ShareGroup("g", 4)
+    m1 = ShareMember("m1", 4, ("a",), "r1", "client", "/1.2.3.4", 0, SIZES_ASSIGNMENT)
+    m2 = ShareMember("m2", 3, ("a", "b"), None, "c2", "/5.6.7.8", 0, frozenset())
+    group.members = {"m1": m1, "m2": m2}
+    log = [
+        records.group_record(group),
+        records.member_record("g", m1),
+        records.member_record("g", m2),
+        (encode_offset_key("g", "a", 0), b"not a share record"),  # skipped: not ours
+        records.member_tombstone("g", "m2"),
+        (records.member_record("g", m2)[0][:-1], b"\x00"),  # a bad key: skipped, logged
+        records.group_record(ShareGroup("gone", 1)),
+        records.group_tombstone("gone"),
+    ]
+    replayed = records.replay(log, deadline_ms=99)
+    assert set(replayed) == {"g"}
+    again = replayed["g"]
+    assert again.epoch == 4 and set(again.members) == {"m1"}
+    back = again.members["m1"]
+    assert (back.epoch, back.subscribed, back.rack_id, back.assignment) == (
+        4,
+        ("a",),
+        "r1",
+        SIZES_ASSIGNMENT,
+    )
+    assert (back.client_id, back.client_host, back.deadline_ms) == ("client", "/1.2.3.4", 99)
