@@ -154,7 +154,12 @@ class ShareCoordinator(TransactionalAcknowledgements):
             return
         self.unload_groups(partition)
         now = self._clock.monotonic_ms()
-        for group_id, group in self.membership.load(partition, now).items():
+        try:
+            loaded = self.membership.load(partition, now)
+        except (KafkaError, OSError) as exc:  # the group coordinator's load reports it too
+            log.warning("share groups of __consumer_offsets-%d not loaded: %s", partition, exc)
+            return
+        for group_id, group in loaded.items():
             timeout = self.group_configs.of(group_id).session_timeout_ms
             for member in group.members.values():
                 member.deadline_ms = now + timeout
