@@ -1,7 +1,8 @@
 """Kafka's share coordinator API on the wire (the share persister's requests, Kafka 4.2's
 versions): InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState v0-1,
 ReadShareGroupStateSummary v0-1 (v1: the delivery complete count) and
-DeleteShareGroupState, each answered per partition with Kafka's codes."""
+DeleteShareGroupState, each answered per partition with Kafka's codes (a key with no state
+reads as Kafka's uninitialized one: start offset -1)."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_the_share_coordinator_api(broker: BrokerProcess, summary_version: int) 
     topic_id = uuid.uuid4()
     with RawConnection(broker.bootstrap) as conn:
         missing = _summary(conn, topic_id, summary_version)
-        assert missing.error_code == ErrorCode.unknown_topic_or_partition
+        assert (missing.error_code, missing.start_offset) == (ErrorCode.none, -1)  # no state
         init = _call(
             conn,
             ApiKey.INITIALIZE_SHARE_GROUP_STATE,
@@ -121,4 +122,8 @@ def test_the_share_coordinator_api(broker: BrokerProcess, summary_version: int) 
         deleted = _call(conn, ApiKey.DELETE_SHARE_GROUP_STATE, 0, topic_id, "DeleteStateData")
         assert deleted.error_code == ErrorCode.none
         gone = _summary(conn, topic_id, summary_version)
-        assert gone.error_code == ErrorCode.unknown_topic_or_partition
+        assert (gone.error_code, gone.start_offset) == (ErrorCode.none, -1)
+        read = _call(
+            conn, ApiKey.READ_SHARE_GROUP_STATE, 0, topic_id, "ReadStateData", leader_epoch=0
+        )
+        assert (read.error_code, read.start_offset, read.state_batches) == (0, -1, ())

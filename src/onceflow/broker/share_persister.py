@@ -78,8 +78,10 @@ class SharePersister:
             leader, ApiKey.READ_SHARE_GROUP_STATE, VERSION, request
         )
         result = answer.results[0].partitions[0]
+        if result.error_code == ErrorCode.none and result.start_offset < 0:
+            return None  # no state written yet (Kafka's uninitialized start offset)
         if result.error_code == ErrorCode.unknown_topic_or_partition:
-            return None  # no state written yet
+            return None  # the same from a broker of an earlier Onceflow
         if result.error_code != ErrorCode.none:
             raise KafkaError(ErrorCode(result.error_code), result.error_message or "")
         return ShareSnapshot(

@@ -40,8 +40,8 @@ async def handle_read_share_group_state(ctx: RequestContext, request: Any) -> An
                 except KafkaError as exc:
                     fields["error_code"] = exc.code
                 else:
-                    if snapshot is None:
-                        fields["error_code"] = ErrorCode.unknown_topic_or_partition
+                    if snapshot is None:  # as Kafka: no error, an uninitialized state
+                        fields.update(error_code=ErrorCode.none, state_epoch=0)
                     else:
                         fields.update(
                             error_code=ErrorCode.none,

@@ -5,8 +5,9 @@ CLUSTER_ACTION, as Kafka requires.
 
 Initialize writes a state with no records in flight at the given state epoch and start
 offset (FENCED_STATE_EPOCH when a newer epoch is stored); Delete writes the key's
-tombstone; the summary is the state epoch, the start offset and (v1, Kafka 4.2) how many
-offsets at or past the start offset are delivered for good.
+tombstone; the summary is the state epoch, the start offset (-1: no state, as Kafka says
+it) and (v1, Kafka 4.2) how many offsets at or past the start offset are delivered for
+good.
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ async def handle_read_share_group_state_summary(ctx: RequestContext, request: An
 
     async def serve(key: ShareKey, p: Any) -> dict[str, Any]:
         snapshot = store.read(key)
-        fields: dict[str, Any] = {"state_epoch": -1, "leader_epoch": -1, "start_offset": -1}
-        if snapshot is None:
-            return {**fields, "error_code": ErrorCode.unknown_topic_or_partition}
+        fields: dict[str, Any] = {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1}
+        if snapshot is None:  # as Kafka: no error, an uninitialized state (start offset -1)
+            return {**fields, "error_code": ErrorCode.none}
         fields.update(
             error_code=ErrorCode.none,
             state_epoch=snapshot.state_epoch,
