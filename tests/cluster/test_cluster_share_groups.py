@@ -1,23 +1,29 @@
-"""Share groups on a 3-broker cluster: the broker leading the share-partition's
+"""Share groups on a 3-broker cluster. The broker leading the share-partition's
 `__share_group_state` partition (its share coordinator) is killed with kill -9 while a
 share consumer works. The share-partition's leader reaches the state through Kafka's
 persister requests (Read/WriteShareGroupState); after the kill the state partition's new
 leader serves it, so no acknowledged record is delivered again and every record is
-delivered."""
+delivered. And the group's coordinator is killed: its membership, kept in
+`__consumer_offsets`, moves with the partition's leadership."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.client.cluster import Cluster as WireCluster
 from onceflow.coordinator.group.offsets import partition_for
+from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from tests.helpers.cluster import Cluster, cluster_fixture
 from tests.helpers.share import SHORT_LOCKS, set_group_configs, share_consumer
+from tests.helpers.wire import RawConnection
+from tests.integration.test_share_membership_restart import NOT_READY
+from tests.integration.test_share_wire import _heartbeat
 
 STATE_PARTITIONS = 3
 cluster = cluster_fixture(
@@ -88,3 +94,40 @@ def test_killing_the_share_coordinator_loses_no_acknowledgement(cluster: Cluster
     c.close()
     coordinator.start()
     assert not delivered_again, f"acknowledged records delivered again: {delivered_again[:10]}"
+
+
+def test_a_coordinator_move_keeps_the_share_group(cluster: Cluster) -> None:
+    """The group coordinator's broker is killed: the new leader of the group's
+    `__consumer_offsets` partition replays its membership, so its members carry on at
+    their epochs instead of joining again."""
+    topic, group = "queue", "movers"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    offsets_partition = partition_for(group, 3)
+    with contextlib.suppress(KafkaException):  # FindCoordinator creates __consumer_offsets
+        admin.describe_consumer_groups([group])[group].result(30)
+
+    def beat(member: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
+        deadline = time.monotonic() + 30
+        while True:
+            coordinator = cluster.leader_of("__consumer_offsets", offsets_partition)
+            with RawConnection(coordinator.bootstrap) as conn:
+                answer = _heartbeat(conn, group, member, epoch, topics)
+            if answer.error_code not in NOT_READY or time.monotonic() > deadline:
+                return answer
+            time.sleep(0.2)
+
+    beat("m1", 0, (topic,))
+    epoch = beat("m2", 0, (topic,)).member_epoch
+    assert beat("m1", epoch - 1, None).member_epoch == epoch
+    before = cluster.leader_of("__consumer_offsets", offsets_partition)
+    before.kill()
+    try:
+        after = cluster.leader_of("__consumer_offsets", offsets_partition)
+        assert after.broker_id != before.broker_id
+        back = beat("m1", epoch, None)
+        assert (back.error_code, back.member_epoch) == (ErrorCode.none, epoch)
+        assert beat("m2", epoch - 1, None).error_code == ErrorCode.fenced_member_epoch
+        assert beat("m3", 0, (topic,)).member_epoch == epoch + 1
+    finally:
+        before.start()

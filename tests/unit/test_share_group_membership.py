@@ -170,3 +170,76 @@ def test_records_round_trip_and_bad_ones_are_refused() -> None:
             decode_key(bad)
     with pytest.raises(CorruptShareRecord):
         decode_value(encode_value(snapshot)[:-1])
+
+
+def test_a_commit_outlives_a_snapshot_written_before_its_leader_learned_of_it() -> None:
+    # The share-partition's leader is another broker: it writes 0..9 Available (held
+    # by the transaction, it does not know the commit yet) after the marker landed here.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        log = MemoryLog()
+        store = _store(log)
+        key = ShareKey("g", uuid.uuid4(), 0)
+        unaware = ShareSnapshot(0, 0, (StateBatch(0, 9, RecordState.AVAILABLE, 1),))
+        store.write(key, unaware, 0)
+        store.write_txn_update(key, ((0, 4, RecordState.ACKNOWLEDGED),), "t", 7, 0, 0)
+        store.write_txn_update(key, ((5, 9, RecordState.AVAILABLE),), "t", 7, 0, 0)
+        held = store.read_with_pending(key)
+        assert held is not None and {b.state for b in held.batches} == {RecordState.ACQUIRED}
+        assert store.read(key) == unaware  # what is written never holds Acquired
+        log.marker(0, 7, commit=True)
+        assert store.complete_txn(7, True, 0) == [key]
+        decided = ShareSnapshot(0, 5, (StateBatch(5, 9, RecordState.AVAILABLE, 1),))
+        assert store.read_with_pending(key) == decided
+        store.write(key, unaware, 0)  # the leader, still unaware
+        assert store.read(key) == decided
+        assert _store(log).read(key) == decided  # and so on replay
+        # Once the start offset passed them, the committed states are dropped.
+        store.write(key, ShareSnapshot(0, 10, ()), 0)
+        store.write(key, ShareSnapshot(0, 10, ()), 0)
+        assert store.read(key) == ShareSnapshot(0, 10, ())
+        # A new state epoch (AlterShareGroupOffsets back to 0) is not overridden.
+        rewound = ShareSnapshot(1, 0, (StateBatch(0, 9, RecordState.AVAILABLE, 1),))
+        store.write_txn_update(key, ((0, 9, RecordState.ACKNOWLEDGED),), "t", 7, 0, 0)
+        store.complete_txn(7, True, 0)
+        store.write(key, rewound, 0)
+        assert store.read(key) == rewound
+    finally:
+        loop.close()
+
+
+SIZES_ASSIGNMENT = frozenset({TopicPartition("a", 0), TopicPartition("a", 1)})
+
+
+def test_membership_records_replay_to_the_last_write() -> None:
+    from onceflow.coordinator.group.offsets import encode_offset_key
+    from onceflow.coordinator.share import membership_records as records
+    from onceflow.coordinator.share.group import ShareMember
+
+    group = ShareGroup("g", 4)
+    m1 = ShareMember("m1", 4, ("a",), "r1", "client", "/1.2.3.4", 0, SIZES_ASSIGNMENT)
+    m2 = ShareMember("m2", 3, ("a", "b"), None, "c2", "/5.6.7.8", 0, frozenset())
+    group.members = {"m1": m1, "m2": m2}
+    log = [
+        records.group_record(group),
+        records.member_record("g", m1),
+        records.member_record("g", m2),
+        (encode_offset_key("g", "a", 0), b"not a share record"),  # skipped: not ours
+        records.member_tombstone("g", "m2"),
+        (records.member_record("g", m2)[0][:-1], b"\x00"),  # a bad key: skipped, logged
+        records.group_record(ShareGroup("gone", 1)),
+        records.group_tombstone("gone"),
+    ]
+    replayed = records.replay(log, deadline_ms=99)
+    assert set(replayed) == {"g"}
+    again = replayed["g"]
+    assert again.epoch == 4 and set(again.members) == {"m1"}
+    back = again.members["m1"]
+    assert (back.epoch, back.subscribed, back.rack_id, back.assignment) == (
+        4,
+        ("a",),
+        "r1",
+        SIZES_ASSIGNMENT,
+    )
+    assert (back.client_id, back.client_host, back.deadline_ms) == ("client", "/1.2.3.4", 99)

@@ -247,3 +247,53 @@ def test_a_recovered_transaction_past_the_written_end_still_holds_its_records() 
     assert sp.acquire("a", batches((10, 24)), 100, 0) == [AcquiredRange(20, 24, 1)]
     sp.complete_pending(7, commit=False)
     assert sp.acquire("a", batches((10, 24)), 100, 0) == [AcquiredRange(10, 19, 2)]
+
+
+def test_pending_runs_settle_from_their_share_coordinator_s_view() -> None:
+    # The leader holds 0..14 for transactions it learns the end of from another broker.
+    sp = SharePartition(0, LIMITS)
+    sp.acquire("a", batches((0, 14)), 100, 0)
+    assert sp.acknowledge_pending("a", [(0, 4, ACCEPT), (5, 9, REJECT)], 7) is ErrorCode.none
+    assert sp.acknowledge_pending("a", [(10, 14, ACCEPT)], 8) is ErrorCode.none
+    acquired, available = RecordState.ACQUIRED, RecordState.AVAILABLE
+    # Still open there: nothing moves.
+    assert sp.resolve_pending(0, [StateBatch(0, 14, acquired, 1)]) == 0
+    # 7 committed (0..4 acknowledged, 5..9 archived), 8 aborted (shown Available).
+    decided = [
+        StateBatch(5, 9, RecordState.ARCHIVED, 1),
+        StateBatch(10, 12, available, 1),
+        StateBatch(13, 14, available, 1),
+    ]
+    # 0..4 not in the view (never written there, an abort): released as well.
+    assert sp.resolve_pending(0, decided) == 15
+    assert sp.pending_producers() == set()
+    assert sp.acquire("b", batches((0, 14)), 100, 0) == [
+        AcquiredRange(0, 4, 2),
+        AcquiredRange(10, 14, 2),
+    ]
+
+
+def test_a_pending_run_settles_by_piece_when_the_view_splits_it() -> None:
+    sp = SharePartition(0, LIMITS)
+    sp.acquire("a", batches((0, 9)), 100, 0)
+    assert sp.acknowledge_pending("a", [(0, 9, ACCEPT)], 7) is ErrorCode.none
+    decided = [
+        StateBatch(2, 3, RecordState.ARCHIVED, 1),
+        StateBatch(4, 9, RecordState.ACQUIRED, 1),
+    ]
+    # 0..1 are below the coordinator's start offset: done there, as the target says.
+    assert sp.resolve_pending(2, decided) == 4
+    assert sp.start_offset == 4 and sp.pending_producers() == {7}
+    assert sp.state_batches()[0] == StateBatch(4, 9, RecordState.AVAILABLE, 1)
+
+
+def test_a_committed_acknowledgement_past_the_written_end_replays() -> None:
+    # 10..19 were acquired for the first time (never written), then committed.
+    sp = SharePartition(0, LIMITS)
+    sp.restore(10, [])
+    sp.force_states([(12, 19, RecordState.ACKNOWLEDGED)])
+    assert sp.end_offset == 20
+    assert sp.acquire("a", batches((10, 24)), 100, 0) == [
+        AcquiredRange(10, 11, 1),
+        AcquiredRange(20, 24, 1),
+    ]

@@ -44,6 +44,7 @@ from onceflow.coordinator.group.config import GroupCoordinatorConfig
 from onceflow.coordinator.group.coordinator import GroupCoordinator
 from onceflow.coordinator.group.log import LogEntry
 from onceflow.coordinator.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
+from onceflow.coordinator.share.durable_membership import DurableMembership
 from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.coordinator.transaction.coordinator import (
     TransactionCoordinator,
@@ -162,6 +163,10 @@ class Broker:
             config,
         )
         self.share_coordinator.on_available = lambda t, p: self.purgatory.notify((t, p))
+        # Share-group membership is kept in __consumer_offsets, as Kafka 4.2 keeps it.
+        self.share_coordinator.membership = DurableMembership(
+            _OffsetsTopicLog(self.writes), self.group_coordinator.partition_for
+        )
         self.writes.on_share_marker = self.share_coordinator.complete_txn
         if self.metrics is not None:
             self.metrics.registry.register(ShareStateCollector(self.share_coordinator))
@@ -277,7 +282,9 @@ class Broker:
             self.flusher.mark(plog)
         if topic == OFFSETS_TOPIC:
             if role is Role.LEADER:
+                self.share_coordinator.load_groups(partition)
                 return self.group_coordinator.load_partition(partition, leader_epoch)
+            self.share_coordinator.unload_groups(partition)
             self.group_coordinator.unload(partition, leader_epoch)
         elif topic == TXN_TOPIC:
             if role is Role.LEADER:
@@ -323,6 +330,7 @@ class Broker:
             self.txn_coordinator.unload(plog.partition)
         elif plog.topic == OFFSETS_TOPIC:
             self.group_coordinator.unload(plog.partition)
+            self.share_coordinator.unload_groups(plog.partition)
         elif plog.topic == SHARE_STATE_TOPIC:
             self.share_coordinator.store.unload(plog.partition)
 

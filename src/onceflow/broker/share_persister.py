@@ -19,10 +19,11 @@ from kio.static.constants import EntityType
 from onceflow.broker.topics import SHARE_STATE_TOPIC
 from onceflow.broker.topology.base import NO_LEADER, Topology
 from onceflow.coordinator.share.partition import StateBatch
-from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
+from onceflow.coordinator.share.records import Ranges, ShareKey, ShareSnapshot
 from onceflow.coordinator.share.state import RecordState
 from onceflow.coordinator.share.store import ShareStateStore
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol import txn_write_share_state as twss
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
 
@@ -58,7 +59,7 @@ class SharePersister:
     async def read(self, key: ShareKey) -> ShareSnapshot | None:
         leader = self._leader(key)
         if leader == self._node_id:
-            return self.store.read(key)
+            return self.store.read_with_pending(key)
         module = load_payload_module(ApiKey.READ_SHARE_GROUP_STATE, VERSION, EntityType.request)
         request = build(
             request_type(ApiKey.READ_SHARE_GROUP_STATE, VERSION),
@@ -77,8 +78,10 @@ class SharePersister:
             leader, ApiKey.READ_SHARE_GROUP_STATE, VERSION, request
         )
         result = answer.results[0].partitions[0]
+        if result.error_code == ErrorCode.none and result.start_offset < 0:
+            return None  # no state written yet (Kafka's uninitialized start offset)
         if result.error_code == ErrorCode.unknown_topic_or_partition:
-            return None  # no state written yet
+            return None  # the same from a broker of an earlier Onceflow
         if result.error_code != ErrorCode.none:
             raise KafkaError(ErrorCode(result.error_code), result.error_message or "")
         return ShareSnapshot(
@@ -136,6 +139,62 @@ class SharePersister:
         code = answer.results[0].partitions[0].error_code
         if code != ErrorCode.none:
             raise KafkaError(ErrorCode(code), f"share state of {key} not written on {leader}")
+
+    def write_txn(
+        self,
+        key: ShareKey,
+        ranges: Ranges,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> Awaitable[Any]:
+        """A transactional acknowledgement, appended by the key's share coordinator: here,
+        or on its broker with TxnWriteShareGroupState (Onceflow's, between brokers)."""
+        leader = self._leader(key)
+        if leader == self._node_id:
+            return self.store.write_txn_update(
+                key, ranges, transactional_id, producer_id, producer_epoch, now_ms
+            )
+        request = build(
+            twss.TxnWriteShareGroupStateRequest,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            group_id=key.group_id,
+            topics=(
+                build(
+                    twss.StateTopic,
+                    topic_id=key.topic_id,
+                    partitions=(
+                        build(
+                            twss.StatePartition,
+                            partition=key.partition,
+                            ranges=tuple(
+                                build(
+                                    twss.PendingRange,
+                                    first_offset=first,
+                                    last_offset=last,
+                                    delivery_state=int(state),
+                                )
+                                for first, last, state in ranges
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        return asyncio.ensure_future(self._write_txn_remote(leader, key, request))
+
+    async def _write_txn_remote(self, leader: int, key: ShareKey, request: Any) -> None:
+        answer = await self._topology().peers.share_state(
+            leader, twss.API_KEY, twss.VERSION, request
+        )
+        code = answer.error_code
+        if code == ErrorCode.none:
+            code = answer.results[0].partitions[0].error_code
+        if code != ErrorCode.none:
+            raise KafkaError(ErrorCode(code), f"acknowledgement of {key} not written on {leader}")
 
     async def group_configs(self, group_id: str) -> dict[str, str] | None:
         """The group's overrides from the broker leading its partition (DescribeConfigs of

@@ -46,7 +46,7 @@ STATE_NAMES = {
     "ASSIGNING": "Assigning",
     "RECONCILING": "Reconciling",
 }
-TYPE_NAMES = {"CLASSIC": "Classic", "CONSUMER": "Consumer"}
+TYPE_NAMES = {"CLASSIC": "Classic", "CONSUMER": "Consumer", "SHARE": "Share"}
 _REBALANCING = {"PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
 

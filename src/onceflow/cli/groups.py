@@ -1,5 +1,7 @@
 """`onceflow groups --list|--describe|--delete|--reset-offsets|--delete-offsets`: consumer
-groups, as Kafka's `kafka-consumer-groups.sh` manages them, with its options, checks and output.
+groups, as Kafka's `kafka-consumer-groups.sh` manages them, with its options, checks and output;
+and share groups too (type Share in --list --type), described, deleted and reset as
+`kafka-share-groups.sh` does (share_groups.py, which is that tool's twin).
 
 Kafka's protocol only (confluent-kafka's AdminClient: ListGroups, DescribeGroups,
 OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups; OffsetDelete, which it lacks, through
@@ -18,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import ConsumerGroupState
 
-from onceflow.cli import group_views
+from onceflow.cli import group_views, share_groups
 from onceflow.cli.admin import connect_admin
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import UsageError, add_bootstrap_option, positive_int
@@ -36,6 +38,7 @@ from onceflow.cli.group_reset import (
 )
 from onceflow.cli.group_views import STATE_NAMES, state_name
 from onceflow.cli.kafka_wire import wire_cluster
+from onceflow.client.errors import ClientError
 
 __all__ = ["register"]
 
@@ -220,9 +223,58 @@ def run_groups(args: argparse.Namespace) -> int:
             return run_delete_offsets(cluster, args.group[0], args.topic)
     admin = connect_admin(args)
     offsets = GroupAdmin(admin, args.timeout_ms / 1000.0)
+    shares = _share_groups(args)
     if args.list:
-        return _run_list(offsets, args)
-    groups = sorted(set(args.group)) if args.group else offsets.group_ids()
+        return _run_list(offsets, args, shares)
+    named = sorted(set(args.group)) if args.group else offsets.group_ids() + sorted(shares)
+    groups = [g for g in named if g not in shares]
+    share_status = _run_shares(args, [g for g in named if g in shares])
+    if not groups and share_status is not None:
+        return share_status
+    status = _run_consumer_groups(offsets, groups, args)
+    return status | (share_status or 0)
+
+
+def _share_groups(args: argparse.Namespace) -> dict[str, str]:
+    """The cluster's share groups and their states (ListGroups of type "share")."""
+    try:
+        with wire_cluster(args) as cluster:
+            return dict(share_groups.listed(cluster))
+    except ClientError:  # a broker without share groups (ListGroups before v5): none
+        return {}
+
+
+def _run_shares(args: argparse.Namespace, groups: list[str]) -> int | None:
+    """--describe, --delete or --reset-offsets of share groups, as kafka-share-groups.sh
+    does them; None when there are none."""
+    if not groups:
+        return None
+    with wire_cluster(args) as cluster:
+        if args.delete:
+            return share_groups.delete(cluster, groups)
+        status = 0
+        for group in groups:
+            if args.reset_offsets:
+                status |= _reset_share(cluster, group, args)
+            else:
+                view = argparse.Namespace(state=args.state is not None, members=args.members)
+                status |= share_groups.describe(cluster, group, view)
+        return status
+
+
+def _reset_share(cluster: Any, group: str, args: argparse.Namespace) -> int:
+    if args.to_current or args.shift_by is not None or args.from_file is not None:
+        raise UsageError(
+            f"Share group '{group}' resets with --to-earliest, --to-latest, --to-offset, "
+            "--to-datetime or --by-duration"
+        )
+    if args.all_topics:
+        raise UsageError(f"Share group '{group}' resets the --topic given, not --all-topics")
+    topics = [parse_topic_arg(text) for text in args.topic]
+    return share_groups.reset(cluster, group, topics, args)
+
+
+def _run_consumer_groups(offsets: GroupAdmin, groups: list[str], args: argparse.Namespace) -> int:
     if args.delete:
         return _run_delete(offsets, groups)
     if args.reset_offsets:
@@ -235,14 +287,14 @@ def run_groups(args: argparse.Namespace) -> int:
     return group_views.print_offsets(described, offsets)
 
 
-def _run_list(offsets: GroupAdmin, args: argparse.Namespace) -> int:
+def _run_list(offsets: GroupAdmin, args: argparse.Namespace, shares: dict[str, str]) -> int:
+    listings = [g for g in offsets.listings() if g.group_id not in shares]
     if args.state is None and args.type is None:
-        for group in offsets.group_ids():
+        for group in sorted([g.group_id for g in listings] + list(shares)):
             print(group)
         return 0
     states = group_views.parse_filter(args.state, STATE_NAMES, "state")
     types = group_views.parse_filter(args.type, group_views.TYPE_NAMES, "type")
-    listings = offsets.listings()
     # ListGroups before v4 (v5) answers no state (type): DescribeGroups has them.
     unknown = [
         listing.group_id
@@ -259,6 +311,12 @@ def _run_list(offsets: GroupAdmin, args: argparse.Namespace) -> int:
         if (states and state.lower() not in states) or (types and kind.lower() not in types):
             continue
         rows.append((listing.group_id, kind or "Unknown", state))
+    for group_id, share_state in shares.items():  # kafka-share-groups.sh's states
+        share = group_views.TYPE_NAMES["SHARE"]
+        if (states and share_state.lower() not in states) or (types and "share" not in types):
+            continue
+        rows.append((group_id, share, share_state))
+    rows.sort()
     group_views.print_listing(rows, args.type is not None, args.state is not None)
     return 0
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import CliError, UsageError, add_bootstrap_option, positive_int
+from onceflow.cli.group_reset import parse_datetime, parse_duration_ms
 from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.client.cluster import Cluster
 from onceflow.client.errors import error_name
@@ -23,7 +25,7 @@ from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import request_type
 
-__all__ = ["register"]
+__all__ = ["delete", "describe", "listed", "register", "reset"]
 
 MISSING = "-"
 
@@ -65,6 +67,18 @@ def register(commands: Any) -> None:
     to.add_argument("--to-earliest", action="store_true", help="the log start offset")
     to.add_argument("--to-latest", action="store_true", help="the log end offset")
     to.add_argument("--to-offset", type=int, metavar="OFFSET", help="this offset")
+    to.add_argument(
+        "--to-datetime",
+        type=parse_datetime,
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="the first offset at or after this time (UTC unless it ends in Z or +hh:mm)",
+    )
+    to.add_argument(
+        "--by-duration",
+        type=parse_duration_ms,
+        metavar="PnDTnHnMnS",
+        help="the first offset at or after this long ago",
+    )
     run_mode = parser.add_mutually_exclusive_group()
     run_mode.add_argument("--dry-run", action="store_true", help="only show (the default)")
     run_mode.add_argument("--execute", action="store_true", help="apply the new offsets")
@@ -76,22 +90,25 @@ def run_share_groups(args: argparse.Namespace) -> int:
         raise UsageError("Option --group is required")
     with wire_cluster(args) as cluster:
         if args.list:
-            for group_id, _ in _listed(cluster):
+            for group_id, _ in listed(cluster):
                 print(group_id)
             return 0
         if args.delete:
-            return _delete(cluster, args.group)
+            return delete(cluster, args.group)
         if args.reset_offsets:
-            return _reset(cluster, args)
+            if not args.topic:
+                raise UsageError("Option --reset-offsets needs --topic")
+            return reset(cluster, args.group[0], [(t, None) for t in args.topic], args)
         if args.delete_offsets:
             return _delete_offsets(cluster, args.group[0], args.topic or [])
         status = 0
         for group_id in args.group:
-            status |= _describe(cluster, group_id, args)
+            status |= describe(cluster, group_id, args)
         return status
 
 
-def _listed(cluster: Cluster) -> list[tuple[str, str]]:
+def listed(cluster: Cluster) -> list[tuple[str, str]]:
+    """Every share group of the cluster, with its state (ListGroups of type "share")."""
     out: list[tuple[str, str]] = []
     for node in cluster.brokers():
         answer = cluster.node(node.node_id).call(
@@ -105,7 +122,8 @@ def _coordinator(cluster: Cluster, group_id: str) -> Any:
     return cluster.group_coordinator(group_id)[1]
 
 
-def _describe(cluster: Cluster, group_id: str, args: argparse.Namespace) -> int:
+def describe(cluster: Cluster, group_id: str, args: argparse.Namespace) -> int:
+    """kafka-share-groups.sh --describe: start offsets and lag, or --members, or --state."""
     conn = _coordinator(cluster, group_id)
     group = conn.call(
         ApiKey.SHARE_GROUP_DESCRIBE, group_ids=(group_id,), include_authorized_operations=False
@@ -148,7 +166,7 @@ def _describe(cluster: Cluster, group_id: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _delete(cluster: Cluster, groups: list[str]) -> int:
+def delete(cluster: Cluster, groups: list[str]) -> int:
     status = 0
     for group_id in groups:
         answer = _coordinator(cluster, group_id).call(
@@ -166,21 +184,27 @@ def _delete(cluster: Cluster, groups: list[str]) -> int:
     return status
 
 
-def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
-    if not args.topic:
-        raise UsageError("Option --reset-offsets needs --topic")
-    if not (args.to_earliest or args.to_latest or args.to_offset is not None):
+def reset(
+    cluster: Cluster,
+    group_id: str,
+    topics: list[tuple[str, list[int] | None]],
+    args: argparse.Namespace,
+) -> int:
+    """Reset the start offsets of the topics' partitions (all, or those listed); shown,
+    and applied with --execute (AlterShareGroupOffsets)."""
+    scenarios = (args.to_earliest, args.to_latest, args.to_offset is not None)
+    if not any(scenarios) and args.to_datetime is None and args.by_duration is None:
         raise UsageError(
-            "Option --reset-offsets needs one of --to-earliest, --to-latest, --to-offset"
+            "Option --reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
+            "--to-datetime, --by-duration"
         )
-    group_id = args.group[0]
-    metadata = cluster.metadata(list(args.topic))
+    metadata = cluster.metadata([t for t, _ in topics])
     plan: list[tuple[str, int, int]] = []
-    for topic in args.topic:
+    for topic, chosen in topics:
         leaders = metadata.leaders.get(topic)
         if leaders is None:
             raise CliError(f"Topic {topic} does not exist")
-        for p in sorted(leaders):
+        for p in sorted(leaders) if chosen is None else sorted(chosen):
             plan.append((topic, p, _target(cluster, topic, p, args)))
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
     rows += [[group_id, t, str(p), str(o)] for t, p, o in plan]
@@ -189,7 +213,7 @@ def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
         return 0
     entity = request_type(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0)
     module = sys.modules[entity.__module__]
-    topics = tuple(
+    altered = tuple(
         module.AlterShareGroupOffsetsRequestTopic(
             topic_name=topic,
             partitions=tuple(
@@ -201,7 +225,7 @@ def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
         for topic in dict.fromkeys(t for t, _, _ in plan)
     )
     answer = _coordinator(cluster, group_id).call(
-        ApiKey.ALTER_SHARE_GROUP_OFFSETS, group_id=group_id, topics=topics
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS, group_id=group_id, topics=altered
     )
     if answer.error_code != ErrorCode.none:
         raise CliError(f"Share group '{group_id}': {error_name(answer.error_code)}")
@@ -209,9 +233,21 @@ def _reset(cluster: Cluster, args: argparse.Namespace) -> int:
 
 
 def _target(cluster: Cluster, topic: str, partition: int, args: argparse.Namespace) -> int:
+    """The new start offset: the one given, or ListOffsets' answer for the log start, the
+    end, or a time (the first offset at or after it; the end when there is none)."""
     if args.to_offset is not None:
         return int(args.to_offset)
-    timestamp = -2 if args.to_earliest else -1
+    if args.to_datetime is not None:
+        timestamp = int(args.to_datetime)
+    elif args.by_duration is not None:
+        timestamp = int(time.time() * 1000) - int(args.by_duration)
+    else:
+        timestamp = -2 if args.to_earliest else -1
+    found = _list_offset(cluster, topic, partition, timestamp)
+    return found if found >= 0 else _list_offset(cluster, topic, partition, -1)
+
+
+def _list_offset(cluster: Cluster, topic: str, partition: int, timestamp: int) -> int:
     _, conn = cluster.leader(topic, partition)
     entity = request_type(ApiKey.LIST_OFFSETS, 1)
     module = sys.modules[entity.__module__]

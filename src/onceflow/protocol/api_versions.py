@@ -66,8 +66,11 @@ class ApiKey(IntEnum):
     SHARE_GROUP_DESCRIBE = 77
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    INITIALIZE_SHARE_GROUP_STATE = 83
     READ_SHARE_GROUP_STATE = 84
     WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
@@ -75,6 +78,8 @@ class ApiKey(IntEnum):
     COMPLETE_TRANSACTIONS = 32000
     # Acknowledgements inside a transaction (protocol/txn_share_acknowledge.py).
     TXN_SHARE_ACKNOWLEDGE = 32001
+    # Its hop between brokers (protocol/txn_write_share_state.py).
+    TXN_WRITE_SHARE_GROUP_STATE = 32002
 
 
 # (min, max) per API key. An API appears here only once its handler implements every
@@ -126,12 +131,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 2),
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
-    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),  # between brokers: the share persister
-    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 0),
+    # The share coordinator's API (between brokers: the share persister), Kafka 4.2's.
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),
+    ApiKey.TXN_WRITE_SHARE_GROUP_STATE: (0, 0),  # between brokers
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),

@@ -108,10 +108,7 @@ KAFKA_4_1: dict[int, KafkaApi] = {
 }
 
 _SHARE_V2 = "v2 (Kafka 4.2: acquire modes, record limits, renew acknowledgements) is served too"
-_SHARE_PERSISTER = (
-    "not served: share-partition states are initialized by their first read and deleted "
-    "with their group (Read/WriteShareGroupState are served)"
-)
+_SHARE_STATE_V1 = "v1 (Kafka 4.2: the delivery complete count) is served too"
 _DELEGATION_TOKENS = "delegation tokens are not supported"
 _KRAFT = "KRaft only: Onceflow's cluster metadata lives in ZooKeeper"
 
@@ -141,9 +138,8 @@ GAPS: dict[int, str] = {
     79: _SHARE_V2,
     80: _KRAFT,
     81: _KRAFT,
-    83: _SHARE_PERSISTER,
-    86: _SHARE_PERSISTER,
-    87: _SHARE_PERSISTER,
+    85: _SHARE_STATE_V1,
+    87: _SHARE_STATE_V1,
     90: "v1 (Kafka 4.2: the lag) is served too",
     32000: (
         "Onceflow's own CompleteTransactions: several prepared two-phase-commit "
@@ -154,5 +150,10 @@ GAPS: dict[int, str] = {
         "Onceflow's own TxnShareAcknowledge: share acknowledgements inside a transaction "
         "(protocol/txn_share_acknowledge.py); no Kafka API. Listed only to Onceflow's own "
         "clients"
+    ),
+    32002: (
+        "Onceflow's own TxnWriteShareGroupState: a transactional acknowledgement carried "
+        "from a share-partition's leader to its share coordinator (protocol/"
+        "txn_write_share_state.py); between brokers only (CLUSTER_ACTION)"
     ),
 }

@@ -34,6 +34,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta
 
 from onceflow.protocol import txn_share_acknowledge as tsa
+from onceflow.protocol import txn_write_share_state as twss
 
 COMPLETE_TRANSACTIONS = 32000
 
@@ -92,21 +93,26 @@ def _module(*members: type) -> ModuleType:
 
 
 _TXN_SHARE_ACK = (tsa.API_KEY, tsa.VERSION)  # TxnShareAcknowledge (txn_share_acknowledge.py)
+_TXN_WRITE_SHARE = (twss.API_KEY, twss.VERSION)  # between brokers (txn_write_share_state.py)
 REQUEST_MODULES = {
     (COMPLETE_TRANSACTIONS, 0): _module(PreparedTransaction, CompleteTransactionsRequest),
     _TXN_SHARE_ACK: tsa,
+    _TXN_WRITE_SHARE: twss,
 }
 RESPONSE_MODULES = {
     (COMPLETE_TRANSACTIONS, 0): _module(TransactionResult, CompleteTransactionsResponse),
     _TXN_SHARE_ACK: tsa,
+    _TXN_WRITE_SHARE: twss,
 }
 REQUESTS: dict[tuple[int, int], type] = {
     (COMPLETE_TRANSACTIONS, 0): CompleteTransactionsRequest,
     _TXN_SHARE_ACK: tsa.TxnShareAcknowledgeRequest,
+    _TXN_WRITE_SHARE: twss.TxnWriteShareGroupStateRequest,
 }
 RESPONSES: dict[tuple[int, int], type] = {
     (COMPLETE_TRANSACTIONS, 0): CompleteTransactionsResponse,
     _TXN_SHARE_ACK: tsa.TxnShareAcknowledgeResponse,
+    _TXN_WRITE_SHARE: twss.TxnWriteShareGroupStateResponse,
 }
 
 #: Onceflow's own API keys. ApiVersions lists them only to a client that names itself

@@ -22,6 +22,7 @@ from onceflow.broker.handlers import (
     share_groups,
     share_offsets,
     share_state,
+    share_state_lifecycle,
     topic_partitions,
     txn,
     txn_admin,
@@ -65,6 +66,7 @@ HANDLERS: dict[int, Handler] = {
     **share_fetch.HANDLERS,
     **share_offsets.HANDLERS,
     **share_state.HANDLERS,
+    **share_state_lifecycle.HANDLERS,
     **txn_share_ack.HANDLERS,
 }
 

@@ -260,7 +260,9 @@ async def _acquire_one(
     max_bytes: int,
     mode: int,
 ) -> tuple[list[AcquiredRange], bytes | None]:
-    held = await coordinator.held_partition(key, topic, plog.log_start_offset, plog.high_watermark)
+    held = await coordinator.held_partition(
+        key, topic, plog.log_start_offset, plog.high_watermark, lambda ts: _offset_at(plog, ts)
+    )
     settings = coordinator.group_configs.of(key.group_id)
     committed = settings.read_committed
     upper = plog.last_stable_offset if committed else plog.high_watermark
@@ -336,6 +338,12 @@ def _response(
         ),
         node_endpoints=(),
     )
+
+
+def _offset_at(plog: PartitionLog, timestamp: int) -> int | None:
+    """share.auto.offset.reset=by_duration: the first offset at or after `timestamp`."""
+    found = plog.offset_for_timestamp(timestamp)
+    return None if found is None else found[0]
 
 
 HANDLERS: dict[int, Handler] = {

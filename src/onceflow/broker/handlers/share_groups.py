@@ -17,7 +17,7 @@ from onceflow.coordinator.group.results import GroupOverview
 from onceflow.coordinator.group.state import GroupState
 from onceflow.coordinator.share.coordinator import ShareCoordinator
 from onceflow.coordinator.share.group import Heartbeat, ShareGroupState
-from onceflow.errors import ErrorCode
+from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.security.acl import AclOperation, ResourceType
 
@@ -57,7 +57,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any
         message = f"Group {group_id} is not a share group."
         return heartbeat_response(ctx, ErrorCode.group_id_not_found, message, None, -1, 0)
     await share_coordinator(ctx).refresh_group_configs(group_id)
-    answer, interval = share_coordinator(ctx).heartbeat(
+    answer, interval, written = share_coordinator(ctx).heartbeat(
         Heartbeat(
             group_id=group_id,
             member_id=request.member_id,
@@ -72,6 +72,11 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any
             client_host=f"/{ctx.session.client_host}",
         )
     )
+    if written is not None:
+        try:
+            await written  # the membership change is durable before it is answered
+        except KafkaError as exc:
+            return heartbeat_response(ctx, exc.code, exc.message, None, -1, 0)
     assignment = None
     if answer.error is ErrorCode.none and answer.assignment is not None:
         assignment = ctx.entity(

@@ -1,10 +1,13 @@
 """ReadShareGroupState and WriteShareGroupState (v0): the share coordinator's side of
 Kafka's persister, asked by the broker leading a share-partition's topic partition when
-another broker leads its `__share_group_state` partition. Brokers only: CLUSTER_ACTION on
-the cluster, as Kafka requires."""
+another broker leads its `__share_group_state` partition; and Onceflow's
+TxnWriteShareGroupState, the transactional acknowledgement's hop. Brokers only:
+CLUSTER_ACTION on the cluster, as Kafka requires. A read shows records tied to an open
+transaction as Acquired: the leader holds them until they are not."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from onceflow.broker.handlers import authz
@@ -32,12 +35,13 @@ async def handle_read_share_group_state(ctx: RequestContext, request: Any) -> An
                 fields["error_code"] = ErrorCode.cluster_authorization_failed
             else:
                 try:
-                    snapshot = store.read(ShareKey(request.group_id, t.topic_id, p.partition))
+                    key = ShareKey(request.group_id, t.topic_id, p.partition)
+                    snapshot = store.read_with_pending(key)
                 except KafkaError as exc:
                     fields["error_code"] = exc.code
                 else:
-                    if snapshot is None:
-                        fields["error_code"] = ErrorCode.unknown_topic_or_partition
+                    if snapshot is None:  # as Kafka: no error, an uninitialized state
+                        fields.update(error_code=ErrorCode.none, state_epoch=0)
                     else:
                         fields.update(
                             error_code=ErrorCode.none,
@@ -93,7 +97,49 @@ async def handle_write_share_group_state(ctx: RequestContext, request: Any) -> A
     return ctx.response(results=tuple(results))
 
 
+async def handle_txn_write_share_group_state(ctx: RequestContext, request: Any) -> Any:
+    """Onceflow's TxnWriteShareGroupState: a transactional acknowledgement appended here as
+    its producer's record (the share-partition's leader added this partition to the
+    transaction first; the append is verified with its coordinator, KIP-890)."""
+    if not authz.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        return ctx.response(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
+    store = share_coordinator(ctx).store
+    now = ctx.broker.clock.now_ms()
+    results = []
+    for t in request.topics:
+        rows = []
+        for p in t.partitions:
+            key = ShareKey(request.group_id, t.topic_id, p.partition)
+            code = ErrorCode.none
+            try:
+                ranges = tuple(
+                    (r.first_offset, r.last_offset, RecordState(r.delivery_state)) for r in p.ranges
+                )
+                await store.write_txn_update(
+                    key,
+                    ranges,
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    now,
+                )
+            except KafkaError as exc:
+                code = exc.code
+            except ValueError:
+                code = ErrorCode.invalid_request
+            rows.append(ctx.entity("PartitionResult", partition=p.partition, error_code=code))
+        results.append(ctx.entity("TopicResult", topic_id=t.topic_id, partitions=tuple(rows)))
+    return ctx.response(
+        throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, results=tuple(results)
+    )
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.READ_SHARE_GROUP_STATE: handle_read_share_group_state,
     ApiKey.WRITE_SHARE_GROUP_STATE: handle_write_share_group_state,
+    ApiKey.TXN_WRITE_SHARE_GROUP_STATE: handle_txn_write_share_group_state,
 }

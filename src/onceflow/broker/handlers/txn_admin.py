@@ -23,7 +23,7 @@ from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
-from onceflow.broker.topics import OFFSETS_TOPIC
+from onceflow.broker.topics import OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from onceflow.client_regex import ClientRegex, PatternError
 from onceflow.coordinator.transaction.state import COMPLETED_STATES, TxnState
 from onceflow.errors import ErrorCode, KafkaError
@@ -233,7 +233,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     Each partition gets its own error code: a marker with an older producer epoch
     (INVALID_PRODUCER_EPOCH) or coordinator epoch (TRANSACTION_COORDINATOR_FENCED) is
     refused exactly as the log refuses it. An aborted or committed `__consumer_offsets`
-    partition also settles the producer's pending transactional offsets there.
+    partition also settles the producer's pending transactional offsets there, and a
+    `__share_group_state` one its transactional share acknowledgements.
     """
     if not (
         authz.cluster_authorized(ctx, AclOperation.ALTER, quiet=True)
@@ -278,9 +279,12 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                 # not take it as written, and may retry (markers are idempotent).
                 errors[n][(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
                 continue
+        commit = bool(marker.transaction_result)
         if plog.topic == OFFSETS_TOPIC:
-            commit = bool(marker.transaction_result)
             broker.group_coordinator.complete_txn(marker.producer_id, commit, plog.partition)
+        elif plog.topic == SHARE_STATE_TOPIC and broker.writes.on_share_marker is not None:
+            # A share coordinator's transactional acknowledgements (TxnShareAcknowledge).
+            broker.writes.on_share_marker(marker.producer_id, commit, plog.partition)
     results = []
     for marker, marker_errors in zip(request.markers, errors, strict=True):
         by_topic: dict[str, list[Any]] = defaultdict(list)

@@ -6,8 +6,13 @@ Sent to the leader of the share-partitions. The broker adds the share-partitions
 `__consumer_offsets` partition), then writes each partition's acknowledgements there as
 the producer's transactional record. The transaction's COMMIT marker makes them take
 effect; its ABORT marker releases the records for another delivery. Until then they stay
-acquired, whatever their lock. The transaction's coordinator must be on this broker
-(always so on a single broker); elsewhere the answer is NOT_COORDINATOR.
+acquired, whatever their lock.
+
+On a cluster the three parts may be on three brokers, as a TxnOffsetCommit's are: the
+state partitions are added to the transaction at its coordinator (AddPartitionsToTxn, as
+a broker sends it), the acknowledgement goes to the state partition's leader (the share
+coordinator: TxnWriteShareGroupState), and the markers reach it there. This broker learns
+the outcome by asking the share coordinator (ShareCoordinator.check_pending).
 
 Authorization: WRITE on the transactional id and READ on the group, as a transactional
 offset commit needs; READ on each topic.
@@ -19,6 +24,9 @@ import datetime
 from collections.abc import Awaitable
 from typing import Any
 
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
 from onceflow.broker.handlers.base import Handler, RequestContext
 from onceflow.broker.handlers.share_groups import share_coordinator
 from onceflow.broker.topics import SHARE_STATE_TOPIC
@@ -26,9 +34,15 @@ from onceflow.coordinator.share.coordinator import AckBatch
 from onceflow.coordinator.share.records import ShareKey
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
+from onceflow.protocol.codec import build, request_type
 from onceflow.security.acl import AclOperation, ResourceType
 
 TXN_KEY = 1
+#: AddPartitionsToTxn as a broker sends it, v4 without verify_only: added to the
+#: transaction as the producer's own AddPartitionsToTxn would (v5 would make a transaction
+#: it starts a transaction version 2 one, ending with an epoch bump its client does not
+#: expect).
+ADD_VERSION = 4
 
 
 async def handle_txn_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
@@ -37,8 +51,6 @@ async def handle_txn_share_acknowledge(ctx: RequestContext, request: Any) -> Any
         return _failed(ctx, request, ErrorCode.transactional_id_authorization_failed)
     if not ctx.authorized(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _failed(ctx, request, ErrorCode.group_authorization_failed)
-    if not ctx.broker.coordinator_available(TXN_KEY, tid):
-        return _failed(ctx, request, ErrorCode.not_coordinator)
     coordinator = share_coordinator(ctx)
     codes: dict[tuple[Any, int], ErrorCode] = {}
     wanted: list[tuple[Any, int, ShareKey, list[AckBatch]]] = []
@@ -61,11 +73,8 @@ async def handle_txn_share_acknowledge(ctx: RequestContext, request: Any) -> Any
                 wanted.append((topic.topic_id, p.partition_index, key, batches))
     state_partitions = sorted({coordinator.store.partition_for(k) for _, _, k, _ in wanted})
     if state_partitions:
-        error = await ctx.broker.txn_coordinator.add_partitions(
-            tid,
-            request.producer_id,
-            request.producer_epoch,
-            [(SHARE_STATE_TOPIC, p) for p in state_partitions],
+        error = await _add_to_transaction(
+            ctx, request, [(SHARE_STATE_TOPIC, p) for p in state_partitions]
         )
         if error is not ErrorCode.none:
             return _failed(ctx, request, error)
@@ -91,6 +100,58 @@ async def handle_txn_share_acknowledge(ctx: RequestContext, request: Any) -> Any
         except KafkaError as exc:
             codes[where] = exc.code
     return _answer(ctx, codes)
+
+
+async def _add_to_transaction(
+    ctx: RequestContext, request: Any, partitions: list[tuple[str, int]]
+) -> ErrorCode:
+    """Add the state partitions to the producer's transaction at its coordinator: here, or
+    on its broker with AddPartitionsToTxn v4 without verify_only (as a broker asks)."""
+    tid = request.transactional_id
+    if ctx.broker.coordinator_available(TXN_KEY, tid):
+        return await ctx.broker.txn_coordinator.add_partitions(
+            tid, request.producer_id, request.producer_epoch, partitions
+        )
+    try:
+        node = ctx.broker.coordinator_node(TXN_KEY, tid)
+    except KafkaError as exc:
+        return exc.code
+    if node is None:
+        return ErrorCode.coordinator_not_available
+    module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_VERSION, EntityType.request)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    add = build(
+        request_type(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_VERSION),
+        transactions=(
+            build(
+                module.AddPartitionsToTxnTransaction,
+                transactional_id=tid,
+                producer_id=request.producer_id,
+                producer_epoch=request.producer_epoch,
+                verify_only=False,
+                topics=tuple(
+                    build(module.AddPartitionsToTxnTopic, name=t, partitions=tuple(ps))
+                    for t, ps in by_topic.items()
+                ),
+            ),
+        ),
+    )
+    try:
+        answer = await ctx.broker.topology.peers.share_state(
+            node[0], ApiKey.ADD_PARTITIONS_TO_TXN, ADD_VERSION, add
+        )
+    except KafkaError:
+        return ErrorCode.not_coordinator  # unreachable or gone: the client finds it again
+    if answer.error_code != ErrorCode.none:
+        return ErrorCode(answer.error_code)
+    for result in answer.results_by_transaction:
+        for topic_result in result.topic_results:
+            for part in topic_result.results_by_partition:
+                if part.partition_error_code != ErrorCode.none:
+                    return ErrorCode(part.partition_error_code)
+    return ErrorCode.none
 
 
 def _leads(ctx: RequestContext, topic: str, partition: int) -> bool:

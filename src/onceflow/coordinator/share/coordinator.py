@@ -15,11 +15,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from onceflow.clock import Clock
 from onceflow.config import BrokerConfig
+from onceflow.coordinator.share import durable_membership as durable
 from onceflow.coordinator.share import group as membership
+from onceflow.coordinator.share.durable_membership import DurableMembership
 from onceflow.coordinator.share.group import (
     Heartbeat,
     HeartbeatAnswer,
@@ -28,18 +30,28 @@ from onceflow.coordinator.share.group import (
 )
 from onceflow.coordinator.share.group_configs import GroupConfigs
 from onceflow.coordinator.share.partition import (
-    PENDING_TARGETS,
     AcquiredRange,
     FetchedBatch,
     ShareLimits,
     SharePartition,
-    type_runs,
+    StateBatch,
 )
+from onceflow.coordinator.share.persister import LocalPersister, SnapshotPersister
 from onceflow.coordinator.share.records import ShareKey, ShareSnapshot
 from onceflow.coordinator.share.sessions import ShareSessions
-from onceflow.coordinator.share.state import AcknowledgeType
+from onceflow.coordinator.share.state import AcknowledgeType, RecordState
 from onceflow.coordinator.share.store import ShareStateStore
+from onceflow.coordinator.share.txn_acks import (
+    PENDING_CHECK_MS,
+    RECOVERED_MEMBER,
+    UNKNOWN_PRODUCER,
+    AckBatch,
+    HeldPartition,
+    TransactionalAcknowledgements,
+)
 from onceflow.errors import ErrorCode, KafkaError
+
+__all__ = ["AckBatch", "HeldPartition", "ShareCoordinator", "ShareCoordinatorConfig"]
 
 log = logging.getLogger(__name__)
 
@@ -77,41 +89,10 @@ class ShareCounters:
     lock_expired: int = 0
 
 
-class SnapshotPersister(Protocol):
-    """Reads and writes share-partition snapshots wherever their state partition is led
-    (the store here, or another broker's share coordinator)."""
-
-    async def read(self, key: ShareKey) -> ShareSnapshot | None: ...
-
-    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]: ...
-
-    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]: ...
-
-    async def group_configs(self, group_id: str) -> dict[str, str] | None:
-        """A group's config overrides where its partition is led (None: here)."""
-        ...
-
-    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
-        """Forward an IncrementalAlterConfigs of the group to where its partition is led;
-        the answer (None: here)."""
-        ...
-
-
-@dataclass(slots=True)
-class HeldPartition:
-    topic: str
-    partition: SharePartition
-    state_epoch: int = 0
-
-
-AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, types
-#: Who holds records tied to an open transaction found at load (their consumer is gone;
-#: the transaction's end decides them).
-RECOVERED_MEMBER = "<recovered transaction>"
 CONFIGS_REFRESH_MS = 5_000  # how long a group's configs read from another broker are used
 
 
-class ShareCoordinator:
+class ShareCoordinator(TransactionalAcknowledgements):
     def __init__(
         self,
         clock: Clock,
@@ -124,7 +105,7 @@ class ShareCoordinator:
         self.config = config
         self.store = store
         #: Snapshots go here; the broker replaces it with one that reaches other brokers.
-        self.persister: SnapshotPersister = _LocalPersister(store)
+        self.persister: SnapshotPersister = LocalPersister(store)
         self._partitions_of = partitions_of
         self.group_configs = GroupConfigs(broker_config, store.group_configs)
         self.groups: dict[str, ShareGroup] = {}
@@ -132,26 +113,71 @@ class ShareCoordinator:
         self.sessions = ShareSessions()
         self.counters = ShareCounters()
         self._configs_fresh_until: dict[str, int] = {}
+        #: Where membership is kept (`__consumer_offsets`); set by the broker.
+        self.membership: DurableMembership | None = None
         #: Called with (topic, partition) when records there become available again.
         self.on_available: Callable[[str, int], None] = lambda topic, partition: None
 
     # -- membership
 
-    def heartbeat(self, hb: Heartbeat) -> tuple[HeartbeatAnswer, int]:
-        """The answer and the heartbeat interval to tell."""
+    def heartbeat(self, hb: Heartbeat) -> tuple[HeartbeatAnswer, int, Awaitable[int] | None]:
+        """The answer, the heartbeat interval to tell, and the membership write to await
+        before answering (None: nothing changed)."""
         settings = self.group_configs.of(hb.group_id)
         limits = MembershipLimits(settings.session_timeout_ms, self.config.max_size)
         group = self.groups.get(hb.group_id)
+        before = durable.view(group)
         if group is None:
             if hb.member_epoch != membership.JOIN_EPOCH:
-                return HeartbeatAnswer(ErrorCode.unknown_member_id, "unknown member"), 0
+                return HeartbeatAnswer(ErrorCode.unknown_member_id, "unknown member"), 0, None
             group = self.groups[hb.group_id] = ShareGroup(hb.group_id)
         answer = membership.heartbeat(
             group, hb, self._clock.monotonic_ms(), limits, self._partitions_of
         )
         if answer.left:
             self._member_gone(hb.group_id, hb.member_id)
-        return answer, settings.heartbeat_interval_ms
+        return answer, settings.heartbeat_interval_ms, self._record(hb.group_id, before)
+
+    def _record(
+        self, group_id: str, before: tuple[int, dict[str, durable.MemberView]]
+    ) -> Awaitable[int] | None:
+        if self.membership is None:
+            return None
+        return self.membership.changes(
+            group_id, before, self.groups.get(group_id), self._clock.now_ms()
+        )
+
+    def load_groups(self, partition: int) -> None:
+        """This broker now leads `__consumer_offsets-<partition>`: its share groups, as
+        their records left them, each member given a session to come back in."""
+        if self.membership is None:
+            return
+        self.unload_groups(partition)
+        now = self._clock.monotonic_ms()
+        try:
+            loaded = self.membership.load(partition, now)
+        except (KafkaError, OSError) as exc:  # the group coordinator's load reports it too
+            log.warning("share groups of __consumer_offsets-%d not loaded: %s", partition, exc)
+            return
+        for group_id, group in loaded.items():
+            timeout = self.group_configs.of(group_id).session_timeout_ms
+            for member in group.members.values():
+                member.deadline_ms = now + timeout
+            self.groups[group_id] = group
+            log.info(
+                "share group %s loaded: epoch %d, %d members",
+                group_id,
+                group.epoch,
+                len(group.members),
+            )
+
+    def unload_groups(self, partition: int) -> None:
+        """Another broker coordinates the groups of that partition now."""
+        if self.membership is None:
+            return
+        for group_id in [g for g in self.groups if self.membership.partition_for(g) == partition]:
+            for member_id in self.groups.pop(group_id).members:
+                self.sessions.close_member(group_id, member_id)
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.close_member(group_id, member_id)
@@ -177,7 +203,10 @@ class ShareCoordinator:
             return ErrorCode.non_empty_group
         if group is None and not self.store_keys(group_id):
             return ErrorCode.group_id_not_found
-        self.groups.pop(group_id, None)
+        before = durable.view(self.groups.pop(group_id, None))
+        written = self._record(group_id, before)
+        if written is not None:
+            await written
         for key in [k for k in self.held if k.group_id == group_id]:
             del self.held[key]
         await self.delete_states(self.store_keys(group_id))
@@ -220,11 +249,18 @@ class ShareCoordinator:
     # -- share-partitions
 
     async def held_partition(
-        self, key: ShareKey, topic: str, log_start: int, log_end: int
+        self,
+        key: ShareKey,
+        topic: str,
+        log_start: int,
+        log_end: int,
+        offset_for_time: Callable[[int], int | None] = lambda ts: None,
     ) -> HeldPartition:
         """The share-partition, initialized on first use: from its durable state, else at
         the group's share.auto.offset.reset (written at once, as Kafka's Initialize, so
-        "latest" means the end when the group first read, not at every restart)."""
+        "latest" means the end when the group first read, not at every restart).
+        by_duration:<d> starts at the first record of the last <d> (`offset_for_time`, a
+        ListOffsets by timestamp), the end when there is none."""
         held = self.held.get(key)
         if held is None:
             settings = self.group_configs.of(key.group_id)
@@ -239,13 +275,22 @@ class ShareCoordinator:
                 return held
             sp = SharePartition(log_start, limits)
             if snapshot is not None:
-                sp.restore(snapshot.start_offset, snapshot.batches)
+                held_by_txn = [b for b in snapshot.batches if b.state is RecordState.ACQUIRED]
+                sp.restore(snapshot.start_offset, _as_available(snapshot.batches))
                 held = HeldPartition(topic, sp, snapshot.state_epoch)
+                for b in held_by_txn:  # held until their transaction ends
+                    sp.mark_pending(
+                        b.first, b.last, UNKNOWN_PRODUCER, RecordState.AVAILABLE, RECOVERED_MEMBER
+                    )
                 for producer_id, ranges in self.store.pending_for(key):
                     for first, last, target in ranges:  # held until the transaction ends
                         sp.mark_pending(first, last, producer_id, target, RECOVERED_MEMBER)
             else:
                 start = log_start if settings.auto_offset_reset == "earliest" else log_end
+                duration = settings.reset_duration_ms
+                if duration is not None:
+                    found = offset_for_time(self._clock.now_ms() - duration)
+                    start = log_end if found is None else max(found, log_start)
                 sp.restore(start, ())
                 held = HeldPartition(topic, sp)
                 _background(self._persist(key, held))
@@ -292,39 +337,6 @@ class ShareCoordinator:
         if any(t == AcknowledgeType.RELEASE for _, _, ts in batches for t in ts):
             self.on_available(held.topic, key.partition)
         return error, (self._persist(key, held) if changed else None)
-
-    def txn_acknowledge(
-        self,
-        key: ShareKey,
-        member: str,
-        batches: Sequence[AckBatch],
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-    ) -> tuple[ErrorCode, Awaitable[int] | None]:
-        """Acknowledgements inside `producer_id`'s transaction (its state partition was
-        added to it): validated now, written as the producer's transactional record, and
-        applied by `complete_txn` when its marker arrives."""
-        held = self.held.get(key)
-        if held is None:
-            return ErrorCode.invalid_record_state, None
-        pieces = [p for first, last, types in batches for p in type_runs(first, last, types)]
-        error = held.partition.acknowledge_pending(member, pieces, producer_id)
-        if error is not ErrorCode.none:
-            return error, None
-        ranges = tuple((first, last, PENDING_TARGETS[kind]) for first, last, kind in pieces)
-        written = self.store.write_txn_update(
-            key, ranges, transactional_id, producer_id, producer_epoch, self._clock.now_ms()
-        )
-        return ErrorCode.none, written
-
-    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
-        """A transaction's marker reached a `__share_group_state` partition: its
-        acknowledgements there take effect (commit) or the records are released (abort)."""
-        for key in self.store.complete_txn(producer_id, commit, partition):
-            held = self.held.get(key)
-            if held is not None and held.partition.complete_pending(producer_id, commit):
-                self._changed(key, held)
 
     def _count_acks(self, first: int, last: int, types: Sequence[int]) -> None:
         names = {1: "accept", 2: "release", 3: "reject"}
@@ -373,10 +385,17 @@ class ShareCoordinator:
         """Expire members whose session ran out and acquisition locks that ran out."""
         now = self._clock.monotonic_ms()
         for group in self.groups.values():
+            before = durable.view(group)
             for member_id in membership.expire(group, now):
                 log.info("share group %s: member %s expired", group.group_id, member_id)
                 self._member_gone(group.group_id, member_id)
+            written = self._record(group.group_id, before)
+            if written is not None:
+                _background(written)
         for key, held in self.held.items():
+            if held.next_pending_check_ms <= now and held.partition.pending_producers():
+                held.next_pending_check_ms = now + PENDING_CHECK_MS
+                _background(self.check_pending(key, held))
             deadline = held.partition.next_deadline()
             if deadline is not None and deadline <= now:
                 released = held.partition.expire_locks(now)
@@ -385,26 +404,11 @@ class ShareCoordinator:
                     self._changed(key, held)
 
 
-class _LocalPersister:
-    """A single broker's: the store leads every state partition."""
-
-    def __init__(self, store: ShareStateStore) -> None:
-        self._store = store
-
-    async def read(self, key: ShareKey) -> ShareSnapshot | None:
-        return self._store.read(key)
-
-    def write(self, key: ShareKey, snapshot: ShareSnapshot, now_ms: int) -> Awaitable[Any]:
-        return self._store.write(key, snapshot, now_ms)
-
-    def delete(self, key: ShareKey, now_ms: int) -> Awaitable[Any]:
-        return self._store.delete(key, now_ms)
-
-    async def group_configs(self, group_id: str) -> dict[str, str] | None:
-        return None
-
-    async def alter_group_configs(self, group_id: str, request: Any, version: int) -> Any:
-        return None
+def _as_available(batches: Sequence[StateBatch]) -> list[StateBatch]:
+    return [
+        b._replace(state=RecordState.AVAILABLE) if b.state is RecordState.ACQUIRED else b
+        for b in batches
+    ]
 
 
 def _background(written: Awaitable[Any]) -> None:

@@ -7,9 +7,9 @@ the group epoch of the assignment it was last given. Every member is assigned ev
 partition of the topics it subscribes to (records, not partitions, are what members
 share), which is one of the assignments Kafka's share assignors may give.
 
-Membership lives in memory: after a coordinator move or restart members rejoin (the
-client does so on UNKNOWN_MEMBER_ID), while what matters for delivery, the share-partition
-state, is durable in `__share_group_state`.
+Membership is kept in memory here and in `__consumer_offsets` (durable_membership.py):
+after a coordinator move or restart members carry on at their epochs, while what matters
+for delivery, the share-partition state, is durable in `__share_group_state`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +29,31 @@ class ShareGroupSettings:
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == "read_committed"
+
+    @property
+    def reset_duration_ms(self) -> int | None:
+        """by_duration:<ISO-8601 duration>'s duration (None: earliest or latest)."""
+        if not self.auto_offset_reset.startswith(BY_DURATION):
+            return None
+        return parse_duration_ms(self.auto_offset_reset[len(BY_DURATION) :])
+
+
+#: Java's Duration.parse format, PnDTnHnMn.nS (non-negative, as Kafka requires here).
+_DURATION = re.compile(
+    r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{1,9}))?S)?)?",
+    re.IGNORECASE,
+)
+BY_DURATION = "by_duration:"
+
+
+def parse_duration_ms(text: str) -> int:
+    """An ISO-8601 duration in ms; ValueError when it is not one."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.group(i) for i in (1, 2, 3, 4)):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration such as PT1H or P1DT30M")
+    days, hours, minutes, seconds, fraction = match.groups()
+    ms = int(days or 0) * 86_400_000 + int(hours or 0) * 3_600_000 + int(minutes or 0) * 60_000
+    return ms + int(seconds or 0) * 1000 + int(((fraction or "") + "000")[:3])
 
 
 class InvalidGroupConfig(ValueError):
@@ -96,11 +122,16 @@ class GroupConfigs:
         }
         for name, value in configs.items():
             if name == AUTO_OFFSET_RESET:
-                if value not in ("earliest", "latest") and not value.startswith("by_duration:"):
+                try:
+                    if value not in ("earliest", "latest"):
+                        if not value.startswith(BY_DURATION):
+                            raise ValueError(value)
+                        parse_duration_ms(value[len(BY_DURATION) :])
+                except ValueError:
                     raise InvalidGroupConfig(
                         f"Invalid value {value} for configuration {name}: "
                         "must be earliest, latest or by_duration:<ISO-8601 duration>"
-                    )
+                    ) from None
             elif name == ISOLATION_LEVEL:
                 if value not in ("read_committed", "read_uncommitted"):
                     raise InvalidGroupConfig(f"Invalid value {value} for configuration {name}")

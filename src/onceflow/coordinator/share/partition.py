@@ -273,10 +273,17 @@ class SharePartition:
                 run.pending = (producer_id, target)
 
     def force_states(self, ranges: Iterable[tuple[int, int, RecordState]]) -> None:
-        """Replay a committed transactional acknowledgement (loading the state log)."""
+        """Replay a committed transactional acknowledgement (loading the state log, or the
+        share coordinator applying its marker). Offsets past the end were acquired for the
+        first time (an acquisition is not written): they were delivered once."""
         for first, last, state in ranges:
-            if last < self.start_offset or first >= self.end_offset:
+            if last < self.start_offset:
                 continue
+            if last >= self.end_offset:
+                if first > self.end_offset:
+                    self.runs.append(Run(self.end_offset, first - 1, RecordState.AVAILABLE))
+                self.runs.append(Run(max(first, self.end_offset), last, RecordState.AVAILABLE, 1))
+                self.end_offset = last + 1
             first = max(first, self.start_offset)
             self._split_at(first)
             self._split_at(last + 1)
@@ -299,6 +306,38 @@ class SharePartition:
             done += run.size
             if commit and target is not RecordState.AVAILABLE:
                 self._settle(run, target)
+            else:
+                self._release(run)
+        self._advance_start()
+        return done
+
+    def resolve_pending(self, start_offset: int, decided: Sequence[StateBatch]) -> int:
+        """Settle pending runs from their share coordinator's view (its start offset and
+        batches, the records still tied to an open transaction shown Acquired): a
+        transaction ended there when its records are no longer Acquired. Terminal there
+        (or below its start offset): committed; anything else (Available, or never
+        written): released, as an abort. Returns the records settled."""
+        spans = [(r.first, r.last) for r in self.runs if r.pending is not None]
+        edges = [start_offset] + [e for b in decided for e in (b.first, b.last + 1)]
+        for edge in edges:
+            if any(lo < edge <= hi for lo, hi in spans):
+                self._split_at(edge)
+        firsts = [b.first for b in decided]
+        done = 0
+        for run in self.runs:
+            if run.pending is None:
+                continue
+            i = bisect.bisect_right(firsts, run.first) - 1
+            there = decided[i].state if i >= 0 and decided[i].last >= run.first else None
+            if run.last < start_offset:  # done there: the target, if a terminal one
+                target = run.pending[1]
+                there = target if target.terminal else RecordState.ARCHIVED
+            if there is RecordState.ACQUIRED:
+                continue  # still open
+            run.pending = None
+            done += run.size
+            if there is not None and there.terminal:
+                self._settle(run, there)
             else:
                 self._release(run)
         self._advance_start()
