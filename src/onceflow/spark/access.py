@@ -26,6 +26,7 @@ __all__ = [
     "ConnectionErrors",
     "KafkaAccessError",
     "access_error",
+    "await_broker",
     "check_client",
     "in_slices",
     "list_topics",
@@ -138,6 +139,22 @@ def in_slices(
         else:
             errors.last = None
             return result
+
+
+def await_broker(
+    client: _Client, errors: ConnectionErrors | None, timeout_s: float, topic: str
+) -> None:
+    """Return once a new client holds a connection to a broker Metadata named. librdkafka
+    drops its bootstrap connection when the first Metadata answer names the brokers, and a
+    request that then finds no broker connected waits for a timer: 500 ms for a producer's
+    init_transactions, one to three seconds for an admin client's ListOffsets, which about
+    one task start in twenty to five paid. A second Metadata request waits for the named
+    broker's connection instead."""
+    for _ in range(2):
+        if errors is None:
+            client.list_topics(topic, timeout=timeout_s)
+        else:
+            list_topics(client, errors, timeout_s, topic)
 
 
 def list_topics(

@@ -59,6 +59,7 @@ from onceflow.spark.access import (
     ACCESS_DENIED,
     ConnectionErrors,
     access_error,
+    await_broker,
     check_client,
     list_topics,
 )
@@ -240,6 +241,7 @@ class KafkaMetadata:
         }
         self._admin: AdminClient | None = None
         self._errors = ConnectionErrors()
+        self._connected = False
 
     @property
     def admin(self) -> AdminClient:
@@ -247,6 +249,7 @@ class KafkaMetadata:
             self._errors = ConnectionErrors()
             conf: dict[str, Any] = {**self._conf, "error_cb": self._errors}
             self._admin = AdminClient(conf)
+            self._connected = False
         return self._admin
 
     def close(self) -> None:
@@ -312,6 +315,9 @@ class KafkaMetadata:
             """The offsets, or None after a failure worth another attempt."""
             nonlocal attempts
             attempts += 1
+            if not self._connected:  # a new admin client
+                await_broker(self.admin, self._errors, ADMIN_TIMEOUT_S, keys[0][0])
+                self._connected = True
             futures = self.admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in keys},
                 isolation_level=IsolationLevel.READ_COMMITTED,

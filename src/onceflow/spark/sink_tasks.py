@@ -48,7 +48,7 @@ from onceflow.client.participant import (
     TwoPhaseProducer,
 )
 from onceflow.client.participant_columns import header_sections
-from onceflow.spark.access import KafkaAccessError
+from onceflow.spark.access import KafkaAccessError, await_broker
 from onceflow.spark.batch_commit import (
     complete_all,
     participant_settings,
@@ -98,7 +98,7 @@ def write_task(
     try:
         ledger = Ledger(config.client_config, config.ledger_topic, txn_id, config.timeout_s, log)
         ledger.ensure_topic()
-        _await_broker(producer, config)
+        await_broker(producer, None, config.timeout_s, config.ledger_topic)
         producer.init_transactions(config.timeout_s)
         done = ledger.read()
         if done is not None and done.next_batch > task.batch_id:
@@ -380,16 +380,6 @@ def _headers_column(array: pa.Array) -> BinaryColumn:
             for hdrs in rows
         ]
     )
-
-
-def _await_broker(producer: Producer, config: SinkConfig) -> None:
-    """Return once the producer holds a connection to a broker Metadata named. librdkafka
-    drops its bootstrap connection when the first Metadata answer names the brokers; an
-    init_transactions that finds no broker connected then asks again only after 500 ms,
-    which about one task start in five paid. A second Metadata request waits for the named
-    broker's connection."""
-    for _ in range(2):
-        producer.list_topics(config.ledger_topic, config.timeout_s)
 
 
 def _abort_quietly(producer: Producer, task: SinkTask, timeout_s: float) -> None:
