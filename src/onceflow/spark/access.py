@@ -147,9 +147,9 @@ def await_broker(
     """Return once a new client holds a connection to a broker Metadata named. librdkafka
     drops its bootstrap connection when the first Metadata answer names the brokers, and a
     request that then finds no broker connected waits for a timer: 500 ms for a producer's
-    init_transactions, one to three seconds for an admin client's ListOffsets, which about
-    one task start in twenty to five paid. A second Metadata request waits for the named
-    broker's connection instead."""
+    init_transactions (about one start in five paid it), one to three seconds for an admin
+    client's ListOffsets (about one in twenty-five). A second Metadata request waits for
+    the named broker's connection instead."""
     for _ in range(2):
         if errors is None:
             client.list_topics(topic, timeout=timeout_s)
