@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 from onceflow.clock import Clock
 from onceflow.config.transactions import TransactionKeys
 from onceflow.coordinator.partitions import PartitionOwnership
+from onceflow.coordinator.transaction.adds import AddBatch, AddBatches, settled
 from onceflow.coordinator.transaction.log import (
     CorruptTxnRecord,
     decode_key,
@@ -179,6 +181,8 @@ class TransactionCoordinator:
         # and Complete record are written.
         self._ending: dict[str, asyncio.Future[None]] = {}
         self._finishing: dict[str, asyncio.Task[None]] = {}
+        # Adds of one producer arriving together are logged as one (adds.py).
+        self._adds = AddBatches()
         # Log appends not finished yet, per partition: a load reads only after them.
         self._appending: dict[int, set[asyncio.Future[None]]] = {}
         self._closed = False
@@ -471,19 +475,61 @@ class TransactionCoordinator:
             ErrorCode.none, meta.producer_id, meta.producer_epoch, meta.producer_id, ongoing_epoch
         )
 
-    async def add_partitions(
+    def add_partitions(
         self,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         client_version: int = 0,
-    ) -> ErrorCode:
+    ) -> asyncio.Future[ErrorCode]:
         """Add partitions to the producer's transaction, starting one if none is ongoing.
         `client_version` 2: the write itself adds its partition (a Produce v12 or
         TxnOffsetCommit v5 through its broker), and the transaction it starts ends with an
-        epoch bump."""
-        await self._wait_for_end(transactional_id)
+        epoch bump.
+
+        Registered at once, before the caller's next request, and answered by the future:
+        adds of the same producer that arrive while one waits for the previous
+        transaction's end are logged with it, as one record (adds.py)."""
+        producer = (producer_id, producer_epoch, client_version)
+        wanted = set(partitions)
+        batch = self._adds.join(transactional_id, producer, wanted)
+        if batch is None:
+            batch = self._adds.start(transactional_id, producer, wanted)
+            task = asyncio.ensure_future(self._add_batch(transactional_id, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(self._add_ended, transactional_id, batch))
+        return asyncio.shield(batch.answer)
+
+    def _add_ended(self, transactional_id: str, batch: AddBatch, _: object) -> None:
+        """A batch's task is done: one cancelled before it ran (a close) still answers."""
+        self._adds.end(
+            transactional_id, batch, None, asyncio.CancelledError()
+        )  # a caller that goes away leaves the others
+
+    async def _add_batch(self, transactional_id: str, batch: AddBatch) -> None:
+        producer_id, producer_epoch, client_version = batch.producer
+        try:
+            await settled(batch.before)
+            await self._wait_for_end(transactional_id)
+            batch.gathering = False
+            answer = await self._add_now(
+                transactional_id, producer_id, producer_epoch, batch.partitions, client_version
+            )
+        except BaseException as exc:
+            self._adds.end(transactional_id, batch, None, exc)
+            raise
+        self._adds.end(transactional_id, batch, answer)
+
+    async def _add_now(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        wanted: set[TopicPartition],
+        client_version: int,
+    ) -> ErrorCode:
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -494,7 +540,6 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         if meta.kept:  # KIP-939: a kept transaction may only be completed
             return ErrorCode.invalid_txn_state
-        wanted = set(partitions)
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return ErrorCode.none
         now = self._clock.now_ms()
@@ -511,6 +556,7 @@ class TransactionCoordinator:
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
+        await self._adds.quiet(transactional_id)  # after the adds that came before it
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -547,6 +593,7 @@ class TransactionCoordinator:
         added nothing may be aborted (an empty abort, still bumping)."""
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
+        await self._adds.quiet(transactional_id)  # after the adds that came before it
         await self._wait_for_end(transactional_id)  # a retry, or the next end, right after
         status = self._status(transactional_id)
         if status is not None:
