@@ -1,7 +1,7 @@
 """Where a consume-transform-produce transaction's time goes, and the round-trip pair alone.
 
     python -m benchmarks.txn_trace --brokers 3            # the per-step trace
-    python -m benchmarks.txn_trace --brokers 3 --pair     # plain and transactional p50s
+    python -m benchmarks.txn_trace --brokers 3 --pair --rounds 3   # plain and txn p50s
     python -m benchmarks.txn_trace --brokers 1 --broker-src /work/main   # another checkout
 
 The trace runs the copier of `onceflow.bench.roundtrip` (one transaction per poll batch,
@@ -134,17 +134,24 @@ def trace(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: 
         print(f"{api:40} {len(values):8d} {p50:8.1f} {statistics.fmean(values):8.1f}")
 
 
-def pair(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: float) -> None:
-    trips = roundtrip_pair(
-        bootstrap,
-        new_topic,  # type: ignore[arg-type]
-        rate=rate,
-        warmup_seconds=warmup,
-        seconds=seconds,
-        prefix="pair-",
-    )
-    for key, value in pair_figures(trips, "ctp").items():
-        print(f"{key:32} {value:8.2f}")
+def pair(
+    bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: float, rounds: int
+) -> None:
+    """`rounds` pairs on the same brokers, each printed, then the medians of each figure."""
+    runs: list[dict[str, float]] = []
+    for _ in range(rounds):
+        trips = roundtrip_pair(
+            bootstrap,
+            new_topic,  # type: ignore[arg-type]
+            rate=rate,
+            warmup_seconds=warmup,
+            seconds=seconds,
+            prefix="pair-",
+        )
+        runs.append(pair_figures(trips, "ctp"))
+        print("  ".join(f"{k.removeprefix('ctp_')} {v:.2f}" for k, v in runs[-1].items()))
+    for key in runs[0]:
+        print(f"{key:32} {statistics.median(r[key] for r in runs):8.2f}")
 
 
 def main() -> int:
@@ -154,12 +161,19 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds not counted (3)")
     parser.add_argument("--seconds", type=float, default=12.0, help="seconds counted (12)")
     parser.add_argument("--pair", action="store_true", help="the plain/transactional p50s")
+    parser.add_argument("--rounds", type=int, default=1, help="pairs, one after another (1)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's data and logs")
     parser.add_argument("--broker-src", metavar="DIR", help="run the broker from DIR/src")
     args = parser.parse_args()
     if args.broker_src:
         os.environ[BROKER_SRC_ENV] = os.path.abspath(args.broker_src)
-    run = pair if args.pair else trace
+
+    def run(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: float) -> None:
+        if args.pair:
+            pair(bootstrap, new_topic, rate, warmup, seconds, args.rounds)
+        else:
+            trace(bootstrap, new_topic, rate, warmup, seconds)
+
     if args.brokers == 1:
         broker = OnceflowBroker()
         try:

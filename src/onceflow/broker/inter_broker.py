@@ -10,6 +10,11 @@
   is appended only if the partition is in that producer's ongoing transaction. For a
   transaction version 2 write (Produce v12, TxnOffsetCommit v5), v5 without verify_only:
   the coordinator adds the partition to the transaction (KIP-890 part 2).
+
+Each kind has its own connection to a peer, one request at a time on each (Kafka's
+TransactionMarkerChannelManager and AddPartitionsToTxnManager have their own channels too):
+a WriteTxnMarkers waits for its markers to be replicated, and a producer's first write to
+a partition must not wait behind it for its verification (issue 26).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ MARKERS_VERSION = 1
 VERIFY_VERSION = 4
 ADD_VERSION = 5
 TIMEOUT_S = 30.0
+#: The connections kept to each peer, one per kind of request.
+MARKERS, VERIFY, SHARE = "markers", "verify", "share-state"
 #: Answers that mean "not written yet, try again" rather than "never needed".
 RETRIABLE = frozenset(
     {
@@ -59,15 +66,15 @@ class InterBroker:
         self.local_id = local_id
         self.cache = cache
         self.security = security
-        self._connections: dict[int, tuple[tuple[str, int], AsyncConnection]] = {}
-        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._connections: dict[tuple[int, str], tuple[tuple[str, int], AsyncConnection]] = {}
+        self._locks: dict[tuple[int, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 
-    def _connection(self, broker: int) -> AsyncConnection:
+    def _connection(self, broker: int, channel: str) -> AsyncConnection:
         registration = self.cache.brokers.get(broker)
         if registration is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"broker {broker} is not alive")
         address = (registration.host, registration.port)
-        known = self._connections.get(broker)
+        known = self._connections.get((broker, channel))
         if known is None or known[0] != address:
             if known is not None:
                 known[1].close()
@@ -81,13 +88,15 @@ class InterBroker:
                     self.security,
                 ),
             )
-            self._connections[broker] = known
+            self._connections[(broker, channel)] = known
         return known[1]
 
-    async def _request(self, broker: int, api_key: int, version: int, request: Any) -> Any:
-        async with self._locks[broker]:
+    async def _request(
+        self, broker: int, channel: str, api_key: int, version: int, request: Any
+    ) -> Any:
+        async with self._locks[(broker, channel)]:
             try:
-                return await self._connection(broker).request(api_key, version, request)
+                return await self._connection(broker, channel).request(api_key, version, request)
             except Unreachable as exc:
                 raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
 
@@ -124,7 +133,9 @@ class InterBroker:
         request = build(
             request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=(transaction,)
         )
-        response = await self._request(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, version, request)
+        response = await self._request(
+            coordinator, VERIFY, ApiKey.ADD_PARTITIONS_TO_TXN, version, request
+        )
         if response.error_code != ErrorCode.none:
             return dict.fromkeys(partitions, ErrorCode(response.error_code))
         answers = {
@@ -163,7 +174,9 @@ class InterBroker:
         request = build(
             request_type(ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION), markers=tuple(entities)
         )
-        response = await self._request(leader, ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, request)
+        response = await self._request(
+            leader, MARKERS, ApiKey.WRITE_TXN_MARKERS, MARKERS_VERSION, request
+        )
         for result in response.markers:
             for topic in result.topics:
                 for partition in topic.partitions:
@@ -177,7 +190,7 @@ class InterBroker:
 
     async def share_state(self, broker: int, api_key: int, version: int, request: Any) -> Any:
         """A share persister request to the share coordinator of the state's partition."""
-        return await self._request(broker, api_key, version, request)
+        return await self._request(broker, SHARE, api_key, version, request)
 
     def close(self) -> None:
         for _, connection in self._connections.values():

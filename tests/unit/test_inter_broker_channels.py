@@ -1,0 +1,80 @@
+"""A peer's WriteTxnMarkers and the KIP-890 verifications sent to it travel on their own
+connections (issue 26): a WriteTxnMarkers is answered only once its markers are
+replicated, and a producer's first write to a partition must not wait behind it for its
+verification. Each connection still carries one request at a time, so the markers of one
+transaction, sent again after a failure, never overtake the first attempt."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from onceflow.broker import inter_broker
+from onceflow.broker.inter_broker import InterBroker
+from onceflow.cluster.metadata import MetadataCache
+from onceflow.cluster.znodes import BrokerRegistration
+from onceflow.coordinator.transaction.marker import TxnMarker
+from onceflow.protocol.api_versions import ApiKey
+
+
+class HeldPeer:
+    """Stands for the peer broker: WriteTxnMarkers answers when `release` is set, a
+    verification at once; `connections` counts the connections opened, `busy` the
+    requests in flight on each."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.connections = 0
+        self.max_in_flight = 0
+
+    def connection(self, *_: Any) -> Any:
+        peer = self
+        peer.connections += 1
+        in_flight = 0
+
+        class Connection:
+            async def request(self, api_key: int, version: int, body: Any) -> Any:
+                nonlocal in_flight
+                in_flight += 1
+                peer.max_in_flight = max(peer.max_in_flight, in_flight)
+                try:
+                    if api_key == ApiKey.WRITE_TXN_MARKERS:
+                        await peer.release.wait()
+                        return SimpleNamespace(markers=())
+                    return SimpleNamespace(error_code=0, results_by_transaction=())
+                finally:
+                    in_flight -= 1
+
+            def close(self) -> None:
+                pass
+
+        return Connection()
+
+
+def test_a_verification_does_not_wait_behind_a_marker_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def go() -> None:
+        peer = HeldPeer()
+        monkeypatch.setattr(inter_broker, "AsyncConnection", peer.connection)
+        cache = MetadataCache(brokers={2: BrokerRegistration(2, "127.0.0.1", 9, 0)})
+        peers = InterBroker(1, cache)
+        marker = TxnMarker(7, 0, True, frozenset({("out", 0)}))
+        writing = asyncio.ensure_future(peers.write(2, 0, [marker]))
+        again = asyncio.ensure_future(peers.write(2, 0, [marker]))
+        await asyncio.sleep(0)
+        answer = await asyncio.wait_for(peers.verify(2, "t", 7, 0, [("in", 0)]), 5)
+        # Answered (the stand-in leaves the partition out, which reads as refused) while
+        # the markers still wait for their replication.
+        assert list(answer) == [("in", 0)]
+        assert not writing.done() and not again.done()
+        peer.release.set()
+        await asyncio.gather(writing, again)
+        assert peer.connections == 2  # one for markers, one for verifications
+        assert peer.max_in_flight == 1  # and one request at a time on each
+        peers.close()
+
+    asyncio.run(go())
