@@ -500,13 +500,11 @@ class TransactionCoordinator:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             task.add_done_callback(functools.partial(self._add_ended, transactional_id, batch))
-        return asyncio.shield(batch.answer)
+        return asyncio.shield(batch.answer)  # a caller that goes away leaves the others
 
     def _add_ended(self, transactional_id: str, batch: AddBatch, _: object) -> None:
         """A batch's task is done: one cancelled before it ran (a close) still answers."""
-        self._adds.end(
-            transactional_id, batch, None, asyncio.CancelledError()
-        )  # a caller that goes away leaves the others
+        self._adds.end(transactional_id, batch, None, asyncio.CancelledError())
 
     async def _add_batch(self, transactional_id: str, batch: AddBatch) -> None:
         producer_id, producer_epoch, client_version = batch.producer
