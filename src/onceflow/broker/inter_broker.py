@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.index import load_payload_module
@@ -59,6 +60,59 @@ RETRIABLE = frozenset(
 )
 
 
+@dataclass(slots=True)
+class VerifyQuestion:
+    """One write's question to a transaction coordinator, answered per partition."""
+
+    key: tuple[str, int, int]  # transactional id, producer id, producer epoch
+    partitions: list[tuple[str, int]]
+    answer: asyncio.Future[dict[tuple[str, int], ErrorCode]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+def _request(version: int, batch: list[VerifyQuestion]) -> Any:
+    """AddPartitionsToTxn with one transaction entry per transactional id of `batch`."""
+    module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, version, EntityType.request)
+    merged: dict[tuple[str, int, int], dict[str, set[int]]] = {}
+    for question in batch:
+        topics = merged.setdefault(question.key, defaultdict(set))
+        for topic, partition in question.partitions:
+            topics[topic].add(partition)
+    transactions = tuple(
+        build(
+            module.AddPartitionsToTxnTransaction,
+            transactional_id=txn_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            verify_only=version == VERIFY_VERSION,
+            topics=tuple(
+                build(module.AddPartitionsToTxnTopic, name=topic, partitions=tuple(sorted(ps)))
+                for topic, ps in topics.items()
+            ),
+        )
+        for (txn_id, producer_id, producer_epoch), topics in merged.items()
+    )
+    return build(request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=transactions)
+
+
+def _answers(response: Any) -> dict[str, dict[tuple[str, int], ErrorCode]]:
+    """Each transactional id's answer per partition."""
+    return {
+        result.transactional_id: {
+            (topic_result.name, part.partition_index): ErrorCode(part.partition_error_code)
+            for topic_result in result.topic_results
+            for part in topic_result.results_by_partition
+        }
+        for result in response.results_by_transaction
+    }
+
+
+def _retrieve(answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled():
+        answer.exception()
+
+
 class InterBroker:
     def __init__(
         self, local_id: int, cache: MetadataCache, security: ClientSecurity | None = None
@@ -68,6 +122,8 @@ class InterBroker:
         self.security = security
         self._connections: dict[tuple[int, str], tuple[tuple[str, int], AsyncConnection]] = {}
         self._locks: dict[tuple[int, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        #: Verifications waiting for their coordinator's channel, per coordinator broker.
+        self._questions: dict[int, list[VerifyQuestion]] = defaultdict(list)
 
     def _connection(self, broker: int, channel: str) -> AsyncConnection:
         registration = self.cache.brokers.get(broker)
@@ -95,10 +151,16 @@ class InterBroker:
         self, broker: int, channel: str, api_key: int, version: int, request: Any
     ) -> Any:
         async with self._locks[(broker, channel)]:
-            try:
-                return await self._connection(broker, channel).request(api_key, version, request)
-            except Unreachable as exc:
-                raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
+            return await self._send(broker, channel, api_key, version, request)
+
+    async def _send(
+        self, broker: int, channel: str, api_key: int, version: int, request: Any
+    ) -> Any:
+        """One request on the channel, whose lock the caller holds."""
+        try:
+            return await self._connection(broker, channel).request(api_key, version, request)
+        except Unreachable as exc:
+            raise KafkaError(ErrorCode.not_leader_or_follower, str(exc)) from exc
 
     async def verify(
         self,
@@ -113,39 +175,68 @@ class InterBroker:
         """The coordinator's answer, per partition, on whether it is in the producer's
         ongoing transaction: NONE, or the error the write must be refused with. With
         `add` (transaction version 2 writes) the coordinator adds them instead: v5 without
-        verify_only, as Kafka 4 brokers send it. One request for all the partitions."""
-        version = ADD_VERSION if add else VERIFY_VERSION
-        module = load_payload_module(ApiKey.ADD_PARTITIONS_TO_TXN, version, EntityType.request)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, partition in partitions:
-            by_topic[topic].append(partition)
-        transaction = build(
-            module.AddPartitionsToTxnTransaction,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            verify_only=not add,
-            topics=tuple(
-                build(module.AddPartitionsToTxnTopic, name=topic, partitions=tuple(numbers))
-                for topic, numbers in by_topic.items()
-            ),
-        )
-        request = build(
-            request_type(ApiKey.ADD_PARTITIONS_TO_TXN, version), transactions=(transaction,)
-        )
-        response = await self._request(
-            coordinator, VERIFY, ApiKey.ADD_PARTITIONS_TO_TXN, version, request
-        )
-        if response.error_code != ErrorCode.none:
-            return dict.fromkeys(partitions, ErrorCode(response.error_code))
-        answers = {
-            (topic_result.name, part.partition_index): ErrorCode(part.partition_error_code)
-            for result in response.results_by_transaction
-            for topic_result in result.topic_results
-            for part in topic_result.results_by_partition
-        }
-        # A partition the answer left out was not checked: refused.
-        return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+        verify_only, as Kafka 4 brokers send it. One request for all the partitions.
+
+        Verifications waiting for the channel meanwhile (a Produce and a TxnOffsetCommit of
+        the same transaction, say) go in the next request together, as Kafka's
+        AddPartitionsToTxnManager sends them: one transaction entry per transactional id."""
+        question = VerifyQuestion((transactional_id, producer_id, producer_epoch), partitions)
+        question.answer.add_done_callback(_retrieve)  # one cut short may go unread
+        if add:
+            async with self._locks[(coordinator, VERIFY)]:
+                await self._ask(coordinator, ADD_VERSION, [question])
+            return question.answer.result()
+        self._questions[coordinator].append(question)
+        async with self._locks[(coordinator, VERIFY)]:
+            if not question.answer.done():
+                await self._ask(coordinator, VERIFY_VERSION, self._take(coordinator))
+        return question.answer.result()
+
+    def _take(self, coordinator: int) -> list[VerifyQuestion]:
+        """The queued questions to `coordinator` that can share a request: the first
+        producer asking for each transactional id (another epoch waits its turn)."""
+        queue = self._questions[coordinator]
+        taken: dict[str, tuple[int, int]] = {}
+        batch = []
+        for question in queue:
+            txn_id, producer_id, producer_epoch = question.key
+            if taken.setdefault(txn_id, (producer_id, producer_epoch)) == (
+                producer_id,
+                producer_epoch,
+            ):
+                batch.append(question)
+        self._questions[coordinator] = [q for q in queue if q not in batch]
+        return batch
+
+    async def _ask(self, coordinator: int, version: int, batch: list[VerifyQuestion]) -> None:
+        """One AddPartitionsToTxn for `batch`; each question answered (or failed)."""
+        try:
+            response = await self._send(
+                coordinator, VERIFY, ApiKey.ADD_PARTITIONS_TO_TXN, version, _request(version, batch)
+            )
+            failed = ErrorCode(response.error_code)
+            answers = _answers(response)
+            for question in batch:
+                if failed is not ErrorCode.none:  # the whole request was refused
+                    question.answer.set_result(dict.fromkeys(question.partitions, failed))
+                    continue
+                txn_answers = answers.get(question.key[0], {})
+                # A partition the answer left out was not checked: refused.
+                question.answer.set_result(
+                    {
+                        tp: txn_answers.get(tp, ErrorCode.unknown_server_error)
+                        for tp in question.partitions
+                    }
+                )
+        finally:  # a failed or interrupted request fails what it carried
+            for question in batch:
+                if not question.answer.done():
+                    question.answer.set_exception(
+                        KafkaError(
+                            ErrorCode.not_leader_or_follower,
+                            f"broker {coordinator} did not answer the verification",
+                        )
+                    )
 
     async def write(
         self, leader: int, coordinator_epoch: int, markers: Sequence[TxnMarker]
