@@ -13,6 +13,8 @@ The points (named by what is durable when they fire):
 - txn.between_markers: the markers of the partitions led by this broker are appended;
   those of partitions led by other brokers are not sent yet.
 - txn.before_complete: every marker is written; CompleteCommit or CompleteAbort is not.
+- txn.complete_appended: CompleteCommit or CompleteAbort is in the leader's log, not yet
+  replicated (nor fsynced); the next transaction's first record may follow it at once.
 
 And of an application's dual write (onceflow.dualwrite, armed from the environment of the
 application's process when its first DualWriter starts):
@@ -38,6 +40,7 @@ POINTS = frozenset(
         "txn.after_prepare",
         "txn.between_markers",
         "txn.before_complete",
+        "txn.complete_appended",
         "dualwrite.after_prepare",
         "dualwrite.after_db_commit",
         "dualwrite.after_kafka_commit",

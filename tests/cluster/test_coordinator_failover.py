@@ -3,11 +3,13 @@
 Fail points (onceflow.failpoints) make broker 1, the coordinator of the test's
 transactional id, kill -9 or SIGSTOP itself at an exact step of ending a transaction:
 after PrepareCommit is logged, between its markers, after the markers and before
-CompleteCommit. The coordinator that takes over must end each transaction all or nothing,
-a frozen old coordinator that wakes up must change nothing, a producer left behind by the
-move must be fenced by the one that reached the new coordinator, and the new coordinator
-must time out a transaction whose producer vanished. Producer ids, allocated on every
-broker from ZooKeeper, never collide, not even across a restart of the whole cluster.
+CompleteCommit, and with CompleteCommit in its log but not replicated (issue 26: the next
+transaction may be logged behind it then). The coordinator that takes over must end each
+transaction all or nothing, a frozen old coordinator that wakes up must change nothing, a
+producer left behind by the move must be fenced by the one that reached the new
+coordinator, and the new coordinator must time out a transaction whose producer vanished.
+Producer ids, allocated on every broker from ZooKeeper, never collide, not even across a
+restart of the whole cluster.
 
 Every topic has three partitions of RF=3 led by brokers 1, 2 and 3, and the internal
 topics have three partitions each, so broker 1 leads one partition of each.
@@ -204,6 +206,8 @@ def restart_and_check_replicas(cluster: Cluster, victim: ClusterBroker, topic: s
         ("txn.after_prepare", False),
         ("txn.between_markers", True),
         ("txn.before_complete", True),
+        ("txn.complete_appended", True),
+        ("txn.complete_appended", False),
     ],
 )
 def test_a_coordinator_killed_mid_end_leaves_its_transaction_whole(

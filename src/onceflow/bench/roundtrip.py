@@ -116,7 +116,13 @@ class Copier:
     Not `transactional`: idempotent writes and an asynchronous offset commit per batch."""
 
     def __init__(
-        self, bootstrap: Endpoint, source: str, sink: str, prefix: str, transactional: bool
+        self,
+        bootstrap: Endpoint,
+        source: str,
+        sink: str,
+        prefix: str,
+        transactional: bool,
+        producer_extra: dict[str, object] | None = None,
     ) -> None:
         self.sink = sink
         self.transactional = transactional
@@ -124,7 +130,7 @@ class Copier:
         self.stop = threading.Event()
         self.report = Failures()
         name = f"{prefix}ctp-{uuid.uuid4().hex[:8]}"
-        extra: dict[str, object] = {"linger.ms": 1}
+        extra: dict[str, object] = {"linger.ms": 1, **(producer_extra or {})}
         if transactional:
             extra["transactional.id"] = name
         self.producer = Producer(producer_config(bootstrap, extra))
@@ -235,13 +241,14 @@ def roundtrip_run(
     seconds: float,
     prefix: str = "",
     transactional: bool = True,
+    copier_type: type[Copier] = Copier,
 ) -> list[float]:
     """The round trips, in seconds, of the records due in the last `seconds` of a run of
     `warmup_seconds + seconds` at `rate` records/s. `source` and `sink` are new, empty
     one-partition topics (the caller picks their replication); the copier's group and
-    transactional id start with `prefix`."""
+    transactional id start with `prefix`. `copier_type` may be a Copier that traces."""
     total = int(rate * (warmup_seconds + seconds))
-    copier = Copier(bootstrap, source, sink, prefix, transactional)
+    copier = copier_type(bootstrap, source, sink, prefix, transactional)
     reader = Reader(bootstrap, sink, total, int(rate * warmup_seconds))
     copying = Worker(copier.run)
     reading = Worker(reader.run)

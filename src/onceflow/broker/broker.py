@@ -570,7 +570,9 @@ class _TxnTopicLog:
         self._writes = writes
 
     def append(self, partition: int, batch: bytes) -> Awaitable[int]:
-        return self._writes.append_internal(TXN_TOPIC, partition, batch)
+        # In the leader's log when this returns (the coordinator completes a transaction's
+        # Complete record then, and appends the next one behind it); durable when awaited.
+        return self._writes.start_internal_append(TXN_TOPIC, partition, batch)
 
     def read(self, partition: int) -> Iterable[tuple[bytes | None, bytes | None]]:
         for entry in self._writes.read_internal(TXN_TOPIC, partition):

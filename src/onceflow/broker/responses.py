@@ -33,6 +33,12 @@ class Deferred:
     finish: Callable[[list[KafkaError | None]], Any] | None = None
 
 
+def answered_later(answer: asyncio.Future[Any]) -> Deferred:
+    """The response `answer` resolves to: the connection's next request is handled
+    meanwhile (a transaction coordinator's add waiting for the previous transaction)."""
+    return Deferred([answer], answer)
+
+
 @dataclass(frozen=True, slots=True)
 class RawBody:
     """A pre-encoded response body: bytes and file regions sent without copying, and the

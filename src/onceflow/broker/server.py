@@ -417,6 +417,8 @@ async def _settle(deferred: Deferred) -> Any:
     if deferred.finish is None:
         for wait in deferred.waits:
             await wait
+        if isinstance(deferred.response, asyncio.Future):  # responses.answered_later
+            return deferred.response.result()
         return deferred.response
     errors: list[KafkaError | None] = []
     for wait in deferred.waits:

@@ -357,13 +357,30 @@ class Writes:
                 self.verify_transactional(
                     transactional_id, headers[0], topic, partition, answer, support
                 )
+        return await self._append_now(plog, batch, headers)
+
+    def start_internal_append(
+        self, topic: str, partition: int, batch: bytes
+    ) -> asyncio.Future[int]:
+        """Append a non-transactional batch the broker built itself (a transaction log
+        record) to the leader's log now, raising if it cannot; the awaitable completes
+        with its first offset once it is durable. What is appended after it in the same
+        partition is durable only with it."""
+        plog = self.topology.leader_log(topic, partition)
+        scanned, end = scan_batches(batch)
+        invariant(end == len(batch) and bool(scanned), "an internal batch is malformed")
+        headers = [b.header for b in scanned]
+        invariant(not headers[0].is_transactional, "a transactional batch needs verifying")
+        return self._append_now(plog, batch, headers)
+
+    def _append_now(
+        self, plog: PartitionLog, batch: bytes, headers: list[BatchHeader]
+    ) -> asyncio.Future[int]:
         self.check_replicas(plog, -1)
         result = plog.append_batches(batch, headers, from_client=False)
         self.appended(plog)
         wait = self.acknowledgement(plog, result.last_offset, -1, INTERNAL_WRITE_TIMEOUT_MS)
-        if wait is not None:
-            await wait
-        return result.first_offset
+        return _when_done(wait, result.first_offset)
 
     def read_internal(self, topic: str, partition: int) -> Iterator[LogEntry]:
         """Every record of an internal partition, markers included, oldest first."""
@@ -375,3 +392,25 @@ class Writes:
                 yield from decode_entries(
                     segment.read_bytes(location.position, location.header.size)
                 )
+
+
+def _when_done(wait: asyncio.Future[None] | None, offset: int) -> asyncio.Future[int]:
+    """A future of `offset`, done when `wait` is (a future, not a coroutine: the append
+    it stands for is already made)."""
+    done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def settle(waited: asyncio.Future[None]) -> None:
+        if done.done():
+            return
+        if waited.cancelled():
+            done.cancel()
+        elif (error := waited.exception()) is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(offset)
+
+    if wait is None:
+        done.set_result(offset)
+    else:
+        wait.add_done_callback(settle)
+    return done

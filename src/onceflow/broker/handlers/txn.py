@@ -17,11 +17,13 @@ AddOffsetsToTxn READ on the group.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import Handler, RequestContext
+from onceflow.broker.responses import answered_later
 from onceflow.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
@@ -119,16 +121,24 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
     ]
     refused = _refused_partitions(ctx, txn_id, wanted)
     if refused is not None:
-        errors = refused
-    else:
-        error = await broker.txn_coordinator.add_partitions(
-            txn_id,
-            request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch,
-            wanted,
-        )
-        error = _fenced_for(ctx.api_version, 2, error)
-        errors = dict.fromkeys(wanted, error)
+        return _add_partitions_response(ctx, refused)
+    # Registered with the coordinator now, answered later: librdkafka's AddOffsetsToTxn,
+    # right behind on this connection, may join this add (coordinator/transaction/adds.py).
+    added = broker.txn_coordinator.add_partitions(
+        txn_id,
+        request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch,
+        wanted,
+    )
+
+    async def answer() -> Any:
+        error = _fenced_for(ctx.api_version, 2, await added)
+        return _add_partitions_response(ctx, dict.fromkeys(wanted, error))
+
+    return answered_later(asyncio.ensure_future(answer()))
+
+
+def _add_partitions_response(ctx: RequestContext, errors: dict[tuple[str, int], ErrorCode]) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), error in errors.items():
         by_topic.setdefault(topic, []).append(
@@ -238,15 +248,19 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
             throttle_time=_NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
         )
     partition = broker.group_coordinator.partition_for(request.group_id)
-    error = await broker.txn_coordinator.add_partitions(
+    # Registered now, answered later: it may join the add right before it (adds.py).
+    added = broker.txn_coordinator.add_partitions(
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,
         [(OFFSETS_TOPIC, partition)],
     )
-    return ctx.response(
-        throttle_time=_NO_THROTTLE, error_code=_fenced_for(ctx.api_version, 2, error)
-    )
+
+    async def answer() -> Any:
+        error = _fenced_for(ctx.api_version, 2, await added)
+        return ctx.response(throttle_time=_NO_THROTTLE, error_code=error)
+
+    return answered_later(asyncio.ensure_future(answer()))
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 from onceflow.clock import Clock
 from onceflow.config.transactions import TransactionKeys
 from onceflow.coordinator.partitions import PartitionOwnership
+from onceflow.coordinator.transaction.adds import AddBatch, AddBatches, settled
 from onceflow.coordinator.transaction.log import (
     CorruptTxnRecord,
     decode_key,
@@ -85,7 +87,11 @@ END_WAIT_S = 0.5
 class TxnLog(Protocol):
     """Where the coordinator persists: the partitions of `__transaction_state`."""
 
-    def append(self, partition: int, batch: bytes) -> Awaitable[object]: ...
+    def append(self, partition: int, batch: bytes) -> Awaitable[object]:
+        """Append `batch` now, raising if it cannot be written, and return what completes
+        once it is durable (replicated, on a cluster). A coroutine (an `async def`) counts
+        as appended only once it is done."""
+        ...
 
     def read(
         self, partition: int
@@ -175,6 +181,8 @@ class TransactionCoordinator:
         # and Complete record are written.
         self._ending: dict[str, asyncio.Future[None]] = {}
         self._finishing: dict[str, asyncio.Task[None]] = {}
+        # Adds of one producer arriving together are logged as one (adds.py).
+        self._adds = AddBatches()
         # Log appends not finished yet, per partition: a load reads only after them.
         self._appending: dict[int, set[asyncio.Future[None]]] = {}
         self._closed = False
@@ -467,19 +475,59 @@ class TransactionCoordinator:
             ErrorCode.none, meta.producer_id, meta.producer_epoch, meta.producer_id, ongoing_epoch
         )
 
-    async def add_partitions(
+    def add_partitions(
         self,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         client_version: int = 0,
-    ) -> ErrorCode:
+    ) -> asyncio.Future[ErrorCode]:
         """Add partitions to the producer's transaction, starting one if none is ongoing.
         `client_version` 2: the write itself adds its partition (a Produce v12 or
         TxnOffsetCommit v5 through its broker), and the transaction it starts ends with an
-        epoch bump."""
-        await self._wait_for_end(transactional_id)
+        epoch bump.
+
+        Registered at once, before the caller's next request, and answered by the future:
+        adds of the same producer that arrive while one waits for the previous
+        transaction's end are logged with it, as one record (adds.py)."""
+        producer = (producer_id, producer_epoch, client_version)
+        wanted = set(partitions)
+        batch = self._adds.join(transactional_id, producer, wanted)
+        if batch is None:
+            batch = self._adds.start(transactional_id, producer, wanted)
+            task = asyncio.ensure_future(self._add_batch(transactional_id, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(self._add_ended, transactional_id, batch))
+        return asyncio.shield(batch.answer)  # a caller that goes away leaves the others
+
+    def _add_ended(self, transactional_id: str, batch: AddBatch, _: object) -> None:
+        """A batch's task is done: one cancelled before it ran (a close) still answers."""
+        self._adds.end(transactional_id, batch, None, asyncio.CancelledError())
+
+    async def _add_batch(self, transactional_id: str, batch: AddBatch) -> None:
+        producer_id, producer_epoch, client_version = batch.producer
+        try:
+            await settled(batch.before)
+            await self._wait_for_end(transactional_id)
+            batch.gathering = False
+            answer = await self._add_now(
+                transactional_id, producer_id, producer_epoch, batch.partitions, client_version
+            )
+        except BaseException as exc:
+            self._adds.end(transactional_id, batch, None, exc)
+            raise
+        self._adds.end(transactional_id, batch, answer)
+
+    async def _add_now(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        wanted: set[TopicPartition],
+        client_version: int,
+    ) -> ErrorCode:
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -490,7 +538,6 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         if meta.kept:  # KIP-939: a kept transaction may only be completed
             return ErrorCode.invalid_txn_state
-        wanted = set(partitions)
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return ErrorCode.none
         now = self._clock.now_ms()
@@ -507,6 +554,7 @@ class TransactionCoordinator:
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
+        await self._adds.quiet(transactional_id)  # after the adds that came before it
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -543,6 +591,7 @@ class TransactionCoordinator:
         added nothing may be aborted (an empty abort, still bumping)."""
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
+        await self._adds.quiet(transactional_id)  # after the adds that came before it
         await self._wait_for_end(transactional_id)  # a retry, or the next end, right after
         status = self._status(transactional_id)
         if status is not None:
@@ -841,7 +890,7 @@ class TransactionCoordinator:
         if epoch is None:
             epoch = self.coordinator_epoch
         ending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        task = asyncio.ensure_future(self._finish(metas, commit, epoch))
+        task = asyncio.ensure_future(self._finish(metas, commit, epoch, ending))
         self._tasks.add(task)
         for meta in metas:
             self._ending[meta.transactional_id] = ending
@@ -866,10 +915,22 @@ class TransactionCoordinator:
 
         task.add_done_callback(finished)
 
-    async def _finish(self, metas: list[TransactionMetadata], commit: bool, epoch: int) -> None:
+    async def _finish(
+        self,
+        metas: list[TransactionMetadata],
+        commit: bool,
+        epoch: int,
+        ending: asyncio.Future[None],
+    ) -> None:
         """Write every marker, then log the Complete states; retry until both succeed, or
         until the ids are no longer served here (whoever loads their partition next
         finishes the transactions from the log).
+
+        The next transaction of these ids waits for `ending`, which is released once the
+        markers are durable and the Complete records are in the leader's log, before those
+        are replicated: whatever the next transaction logs lands after them, and is
+        answered only once it is replicated, so with them. That takes one replication
+        round of `__transaction_state` off the next transaction's path.
 
         A marker write under way when the task is cancelled (an unload) is shielded and
         runs to its end: the broker then has nothing half done to clean up."""
@@ -918,7 +979,11 @@ class TransactionCoordinator:
                 )
                 for meta in metas
             ]
-            return await self._transition_all(moves, None)
+            return await self._transition_all(moves, release, early=True)
+
+        def release() -> None:
+            if not ending.done():
+                ending.set_result(None)
 
         # Read here, not at import: the tests shorten them.
         backoff = Backoff(RETRY_BACKOFF_S, factor=2, max_s=MAX_RETRY_BACKOFF_S)
@@ -956,25 +1021,51 @@ class TransactionCoordinator:
         self,
         moves: list[tuple[TransactionMetadata, TxnState, dict[str, object]]],
         then: Callable[[], None] | None,
+        *,
+        early: bool = False,
     ) -> ErrorCode:
         """prepare -> log append -> complete (then `then`) for ids of one log partition,
         all in one append (one record batch: all logged or none), shielded from
         cancellation: the caller going away must never leave a pending state set with
-        its record logged."""
+        its record logged.
+
+        `early` (the Complete states only, which nobody is answered on): complete as soon
+        as the record is in the leader's log, before it is durable. The next record of
+        these ids can then be appended behind it, and is durable only if this one is; a
+        failure of the replication itself is left to the partition's next leader, which
+        finds the transaction's Prepare record and finishes it again."""
         metas = [meta for meta, _, _ in moves]
         transits = [meta.prepare(state, **changes) for meta, state, changes in moves]
+        completed = False
 
         def abandon() -> None:
             for meta in metas:
                 meta.abandon()
+
+        def apply() -> bool:
+            nonlocal completed
+            if not all(self._is_current(meta) for meta in metas):
+                return False
+            if early:
+                failpoint("txn.complete_appended")
+            for meta, transit in zip(metas, transits, strict=True):
+                meta.complete(transit)
+            if then is not None:
+                then()
+            completed = True
+            return True
 
         async def write() -> ErrorCode:
             if not all(self._is_current(meta) for meta in metas):  # unloaded meanwhile
                 abandon()
                 return ErrorCode.not_coordinator
             try:
-                await self._append_all(transits)
+                await self._append_all(transits, appended=apply if early else None)
             except Exception as exc:
+                if completed:
+                    names = ", ".join(m.transactional_id for m in metas)
+                    log.warning("%s: a Complete record was not replicated: %s", names, exc)
+                    return ErrorCode.none
                 abandon()
                 code = storage_error_code(exc)
                 names = ", ".join(m.transactional_id for m in metas)
@@ -984,15 +1075,11 @@ class TransactionCoordinator:
                 self._log_failures.failed(names, exc)
                 return code
             self._log_failures.succeeded()
-            if not all(self._is_current(meta) for meta in metas):
+            if not completed and not apply():
                 # Unloaded during the append (Kafka: the coordinator epoch changed): the
                 # records are in the log for the next load, the caller finds a coordinator.
                 abandon()
                 return ErrorCode.not_coordinator
-            for meta, transit in zip(metas, transits, strict=True):
-                meta.complete(transit)
-            if then is not None:
-                then()
             return ErrorCode.none
 
         task = asyncio.ensure_future(write())
@@ -1003,7 +1090,14 @@ class TransactionCoordinator:
     async def _append(self, transit: TxnTransit, tombstone: bool = False) -> None:
         await self._append_all([transit], tombstone)
 
-    async def _append_all(self, transits: list[TxnTransit], tombstone: bool = False) -> None:
+    async def _append_all(
+        self,
+        transits: list[TxnTransit],
+        tombstone: bool = False,
+        appended: Callable[[], object] | None = None,
+    ) -> None:
+        """Append the transits' records as one batch; `appended` runs once they are in the
+        leader's log, before they are durable (which this awaits)."""
         records = [
             (encode_key(t.transactional_id), None if tombstone else encode_value(t), ())
             for t in transits
@@ -1015,7 +1109,14 @@ class TransactionCoordinator:
         in_flight = self._appending.setdefault(partition, set())
         in_flight.add(done)
         try:
-            await self._log.append(partition, batch)
+            durable: Awaitable[object] | None = self._log.append(partition, batch)
+            if asyncio.iscoroutine(durable):  # appends only when run
+                await durable
+                durable = None
+            if appended is not None:
+                appended()
+            if durable is not None:
+                await durable
         finally:
             in_flight.discard(done)
             if not in_flight and self._appending.get(partition) is in_flight:
