@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import SparkSession
 
+from onceflow.spark import writer
 from onceflow.spark.batch_commit import read_decision
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC
 from onceflow.spark.options import OptionError
@@ -44,6 +45,27 @@ def test_default_is_the_strongest_the_broker_supports(
     assert make_stream_writer(chosen, VALUE_SCHEMA, overwrite=False).config.atomicity == "task"
     with pytest.raises(OptionError, match="'batch' or 'task'"):
         make_stream_writer({**on, "atomicity": "row"}, VALUE_SCHEMA, overwrite=False)
+
+
+def test_a_query_asks_the_broker_once_not_per_micro_batch(
+    two_pc_broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark makes a streaming writer for every micro-batch; only the first asks the broker,
+    so a later micro-batch is planned while the probe's coordinator is moving."""
+    options = {"kafka.bootstrap.servers": two_pc_broker.bootstrap, "topic": "cached"}
+    first = make_stream_writer(options, VALUE_SCHEMA, overwrite=False).config
+
+    def unanswered(*_args: object) -> None:
+        raise AssertionError("the broker was asked again")
+
+    monkeypatch.setattr(writer, "choose_atomicity", unanswered)
+    monkeypatch.setattr(writer, "colocation", unanswered)
+    again = make_stream_writer(options, VALUE_SCHEMA, overwrite=False).config
+    assert (again.atomicity, again.colocated) == (first.atomicity, first.colocated)
+    assert first.atomicity == "batch" and first.colocated is not None
+    other = {**options, "sinkId": "named"}  # another sink asks for itself
+    with pytest.raises(AssertionError, match="asked again"):
+        make_stream_writer(other, VALUE_SCHEMA, overwrite=False)
 
 
 def test_batch_against_a_broker_without_two_phase_commit_fails_at_start(

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -51,6 +53,7 @@ from onceflow.client.participant import (
     StalePreparedTransaction,
 )
 from onceflow.spark.batch_commit import (
+    Atomicity,
     Decision,
     DecisionLog,
     choose_atomicity,
@@ -347,10 +350,33 @@ def make_stream_writer(
     return OnceflowStreamWriter(_with_atomicity(sink_config(options, schema)))
 
 
+# What `_with_atomicity` decided, per client settings, asked atomicity and chosen sink id,
+# for CHOICE_TTL_S. Spark builds a streaming query's writer again for every micro-batch, on
+# a reused Python worker: asking the broker once per query rather than per micro-batch
+# saves the round trips, and keeps a micro-batch from failing its query while the probe's
+# coordinator moves to another broker (it answers NOT_COORDINATOR until then).
+CHOICE_TTL_S = 300.0
+_choices: dict[tuple[object, ...], tuple[float, Atomicity, int | None]] = {}
+_choices_lock = threading.Lock()
+
+
 def _with_atomicity(config: SinkConfig) -> SinkConfig:
-    """Decide the atomicity once, on the driver, at the start: a 'batch' the broker cannot
-    serve fails here; the default asks the broker (see `onceflow.spark.batch_commit`)."""
-    probe_id = config.sink_id or f"query-{uuid.uuid4()}"
-    chosen = choose_atomicity(config.atomicity, config.client_config, probe_id)
-    colocated = colocation(config.client_config, probe_id) if chosen == "batch" else None
+    """Decide the atomicity on the driver, at the start: a 'batch' the broker cannot serve
+    fails here; the default asks the broker (see `onceflow.spark.batch_commit`)."""
+    key = (
+        tuple(sorted(config.client_config.items())),
+        config.atomicity,
+        config.sink_id if config.explicit_sink_id else None,
+    )
+    now = time.monotonic()
+    with _choices_lock:
+        known = _choices.get(key)
+    if known is not None and now - known[0] < CHOICE_TTL_S:
+        _, chosen, colocated = known
+    else:
+        probe_id = config.sink_id or f"query-{uuid.uuid4()}"
+        chosen = choose_atomicity(config.atomicity, config.client_config, probe_id)
+        colocated = colocation(config.client_config, probe_id) if chosen == "batch" else None
+        with _choices_lock:
+            _choices[key] = (now, chosen, colocated)
     return dataclasses.replace(config, atomicity=chosen, colocated=colocated)
