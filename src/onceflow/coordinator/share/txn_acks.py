@@ -6,7 +6,7 @@ recovered, when the share coordinator says so (`check_pending`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +51,7 @@ class TransactionalAcknowledgements:
     store: ShareStateStore
     persister: SnapshotPersister
     _clock: Clock
-
-    def _changed(self, key: ShareKey, held: HeldPartition) -> None:
-        raise NotImplementedError
+    _changed: Callable[[ShareKey, HeldPartition], None]
 
     def txn_acknowledge(
         self,
