@@ -103,3 +103,48 @@ def test_a_gone_partition_with_failondataloss_is_data_loss() -> None:
     gone = _range_reader(PartitionGone("UNKNOWN_TOPIC_OR_PART"), fail_on_data_loss=True)
     with pytest.raises(reader.DataLossError):
         gone._check_range(5, 10)
+
+
+class _SilentAdmin(_LeaderlessAdmin):
+    """An AdminClient whose first ListOffsets is never answered, as librdkafka left one
+    request to a partition leader killed with -9 unanswered for over a minute although the
+    broker was back after 17 s (the Spark pipeline test on a cluster)."""
+
+    instances: ClassVar[int] = 0
+
+    def __init__(self, conf: Any) -> None:
+        super().__init__(conf)
+        type(self).instances += 1
+
+    def list_offsets(self, requests: dict[Any, Any], **_kwargs: Any) -> dict[Any, Future[Any]]:
+        type(self).calls += 1
+        answer: Future[Any] = Future()
+        if type(self).calls > 1:
+            answer.set_result(SimpleNamespace(offset=7))
+        return dict.fromkeys(requests, answer)
+
+
+def test_an_unanswered_list_offsets_is_asked_again_on_a_new_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reader, "AdminClient", _SilentAdmin)
+    monkeypatch.setattr(_SilentAdmin, "calls", 0)
+    monkeypatch.setattr(_SilentAdmin, "instances", 0)
+    monkeypatch.setattr(reader, "LIST_OFFSETS_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
+    assert meta.latest([("t", 0)]) == {("t", 0): 7}
+    assert (_SilentAdmin.calls, _SilentAdmin.instances) == (2, 2)
+
+
+def test_list_offsets_unanswered_until_the_deadline_fails_the_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reader, "AdminClient", _SilentAdmin)
+    monkeypatch.setattr(_SilentAdmin, "calls", -1000)  # never answered
+    monkeypatch.setattr(reader, "LIST_OFFSETS_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(reader, "ADMIN_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(RuntimeError, match="no answer"):
+        meta.latest([("t", 0)])

@@ -100,6 +100,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # Deadline of one metadata or ListOffsets round trip on the driver.
 ADMIN_TIMEOUT_S = 60.0
+# One ListOffsets attempt's own limit, within ADMIN_TIMEOUT_S: a request librdkafka sent
+# to a broker that was then killed can stay unanswered long after the broker is back, and
+# a new client with a new connection answers in milliseconds.
+LIST_OFFSETS_ATTEMPT_S = 15.0
 # ListOffsets is retried this often on retriable errors (as Spark's fetchOffset.numRetries).
 LIST_OFFSETS_ATTEMPTS = 3
 LIST_OFFSETS_BACKOFF_S = 1.0
@@ -318,16 +322,22 @@ class KafkaMetadata:
             if not self._connected:  # a new admin client
                 await_broker(self.admin, self._errors, ADMIN_TIMEOUT_S, keys[0][0])
                 self._connected = True
+            limit = max(min(LIST_OFFSETS_ATTEMPT_S, deadline - time.monotonic()), 1.0)
             futures = self.admin.list_offsets(
                 {TopicPartition(t, p): spec for t, p in keys},
                 isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=ADMIN_TIMEOUT_S,
+                request_timeout=limit,
             )
             out: PartitionOffsets = {}
             try:
                 for tp, fut in futures.items():
-                    out[(tp.topic, tp.partition)] = int(fut.result(timeout=ADMIN_TIMEOUT_S).offset)
+                    out[(tp.topic, tp.partition)] = int(fut.result(timeout=limit).offset)
                 return out
+            except TimeoutError as exc:  # unanswered: a new client, until the deadline
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"ListOffsets of {_names(keys)}: no answer") from exc
+                self.close()
+                return None
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 code = err.code() if isinstance(err, KafkaError) else None
