@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import time
@@ -84,7 +85,16 @@ def instrument(steps: Steps) -> None:
     steps.wrap(batch_commit.DecisionLog, "record", "record decision (driver)")
 
 
-def one_task(bootstrap: str, atomicity: str, rows: int) -> dict[str, float]:
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process, all its threads (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_task(
+    bootstrap: str, atomicity: str, rows: int, broker_pid: int | None = None
+) -> dict[str, float]:
     topic = f"profile-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, 2)
     client = {"bootstrap.servers": bootstrap}
@@ -102,6 +112,7 @@ def one_task(bootstrap: str, atomicity: str, rows: int) -> dict[str, float]:
     steps = Steps()
     instrument(steps)
     try:
+        cpu = time.process_time(), process_cpu_s(broker_pid) if broker_pid else 0.0
         start = time.perf_counter()
         message = sink_tasks.write_task(config, SinkTask(config.sink_id, 0, 0), batches)
         steps.seconds["task total"] = time.perf_counter() - start
@@ -109,6 +120,9 @@ def one_task(bootstrap: str, atomicity: str, rows: int) -> dict[str, float]:
             start = time.perf_counter()
             writer.commit_batch(config, [message], 0)
             steps.seconds["driver commit total"] = time.perf_counter() - start
+        steps.seconds["CPU: task and driver process"] = time.process_time() - cpu[0]
+        if broker_pid:
+            steps.seconds["CPU: broker process"] = process_cpu_s(broker_pid) - cpu[1]
     finally:
         steps.undo()
     assert message.records == rows, message
@@ -126,7 +140,10 @@ def main() -> None:
         one_task(broker.bootstrap, "batch", 1000)  # warm-up: connections, the ledger topic
         one_task(broker.bootstrap, "task", 1000)
         for atomicity in ("batch", "task"):
-            runs = [one_task(broker.bootstrap, atomicity, args.rows) for _ in range(args.repeat)]
+            pid = broker.proc.pid if broker.proc else None
+            runs = [
+                one_task(broker.bootstrap, atomicity, args.rows, pid) for _ in range(args.repeat)
+            ]
             print(f"\natomicity={atomicity}, {args.rows} rows, median of {args.repeat}:")
             for label in runs[0]:
                 ms = statistics.median(r.get(label, 0.0) for r in runs) * 1000

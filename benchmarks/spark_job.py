@@ -54,6 +54,12 @@ def spark_session() -> Any:
 
 
 SINKS = ("batch", "task", "discard", "noop")
+# Spark reuses its Python workers but gives each a different role from job to job (a read
+# task's, a write task's), and a worker imports a sink's modules the first time it writes
+# with it (about 0.1 s for the onceflow sink). After one round of warm-up jobs a timed job
+# still found such a worker one time in two, its write task starting after the other had
+# finished; three rounds leave none (traced with per-task timestamps, 2026-11-29).
+WARM_UP_ROUNDS = 3
 ONCEFLOW_SINKS = ("batch", "task")
 
 
@@ -77,8 +83,8 @@ def spark_runs(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Records/s and CPU microseconds per record (all processes, the broker's included when
     it is a child of this one) per repetition of each sink in SINKS ("batch" and "task": the
-    onceflow sink at that atomicity), run in turn. A warm-up of each job runs first and is
-    not counted, so Python worker start-up is not part of the figure."""
+    onceflow sink at that atomicity), run in turn. WARM_UP_ROUNDS of each job run first,
+    not counted, so neither a worker's start nor its first import of a sink is part of it."""
     source = f"spark-source-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, source, SOURCE_PARTITIONS)
     produce(bootstrap, source, records, VALUE_BYTES, partitions=SOURCE_PARTITIONS)
@@ -134,8 +140,9 @@ def spark_runs(
     rates: dict[str, list[float]] = {sink: [] for sink in SINKS}
     cpu_us: dict[str, list[float]] = {sink: [] for sink in SINKS}
     try:
-        for sink, job in jobs.items():  # warm-up, not counted
-            job(new_topic() if sink in ONCEFLOW_SINKS else "")
+        for _ in range(WARM_UP_ROUNDS):  # not counted
+            for sink, job in jobs.items():
+                job(new_topic() if sink in ONCEFLOW_SINKS else "")
         for _ in range(repeat):
             for sink, job in jobs.items():
                 rates[sink].append(timed(sink, job))
