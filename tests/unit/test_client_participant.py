@@ -17,6 +17,7 @@ from onceflow.client.participant import TransactionStateError, TwoPhaseProducer
 from onceflow.client.participant_records import Accumulator, kafka_partition, murmur2
 from onceflow.client.participant_sender import Sender, SendThread
 from onceflow.client.participant_state import PreparedTransaction, ProducerSettings
+from onceflow.client.wire import placeholder
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.records.batch import parse_header
@@ -137,10 +138,12 @@ class FakeConnection:
         self.answers = answers
         self.sent: list[dict[tuple[str, int], bytes]] = []
 
-    def call_at(self, api_key: int, version: int, request: Any) -> Any:
+    def call_at(self, api_key: int, version: int, request: Any, blobs: Any = ()) -> Any:
+        """`blobs` go where the request holds their placeholders (the sender's records)."""
+        blob_of = {placeholder(i): bytes(blob) for i, blob in enumerate(blobs)}
         self.sent.append(
             {
-                (t.name, p.index): bytes(p.records)
+                (t.name, p.index): blob_of.get(bytes(p.records), bytes(p.records))
                 for t in request.topic_data
                 for p in t.partition_data
             }

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Sequence
 from typing import Any
 
 from onceflow import __version__
 from onceflow.client.core import ConnectionCore, format_address
 from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable, UnreadableResponse
 from onceflow.client.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslFailure
-from onceflow.client.wire import api_name
+from onceflow.client.wire import Blob, api_name
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
@@ -32,6 +33,7 @@ __all__ = ["DEFAULT_CLIENT_ID", "DEFAULT_TIMEOUT_S", "Connection", "tls_context"
 
 DEFAULT_CLIENT_ID = "onceflow-cli"  # what brokers have always logged for Onceflow's tools
 DEFAULT_TIMEOUT_S = 30.0
+_IOV_MAX = 1024  # pieces one sendmsg may gather (Linux's IOV_MAX)
 
 # TLS alerts a broker sends when it refuses this client's certificate. With TLS 1.3 they
 # arrive after the handshake, at the first read, so they can surface on any request.
@@ -141,15 +143,21 @@ class Connection:
         version = self.version_for(api_key)
         return self.call_at(api_key, version, build(request_type(api_key, version), **fields))
 
-    def call_at(self, api_key: int, version: int, request: Any) -> Any:
-        """Send a request already built for `version` (nested entities are per version)."""
+    def call_at(self, api_key: int, version: int, request: Any, blobs: Sequence[Blob] = ()) -> Any:
+        """Send a request already built for `version` (nested entities are per version).
+        `blobs` go where the request holds `wire.placeholder(i)`, sent without a copy."""
         if self.core.reauthentication_due():
             self._authenticate()
-        return self._round_trip(api_key, version, request)
+        return self._round_trip(api_key, version, request, blobs)
 
-    def _round_trip(self, api_key: int, version: int, request: Any) -> Any:
+    def _round_trip(
+        self, api_key: int, version: int, request: Any, blobs: Sequence[Blob] = ()
+    ) -> Any:
         try:
-            self._sock.sendall(self.core.request(api_key, version, request))
+            if blobs:
+                self._send_parts(self.core.request_parts(api_key, version, request, blobs))
+            else:
+                self._sock.sendall(self.core.request(api_key, version, request))
             frame = self._recv_exact(self.core.response_size(self._recv_exact(4)))
         except TimeoutError:
             raise Unreachable(
@@ -161,6 +169,21 @@ class Connection:
             ) from None
         self._answered = True
         return self.core.response(frame)
+
+    def _send_parts(self, parts: list[Blob]) -> None:
+        """Send the pieces of one frame in order, gathered by the kernel (TLS has no
+        gathering send: joined, one copy)."""
+        if isinstance(self._sock, ssl.SSLSocket):
+            self._sock.sendall(b"".join(parts))
+            return
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        while views:
+            sent = self._sock.sendmsg(views[:_IOV_MAX])
+            while sent:
+                if sent >= len(views[0]):
+                    sent -= len(views.pop(0))
+                else:
+                    views[0], sent = views[0][sent:], 0
 
     def _recv_exact(self, n: int) -> bytes:
         out = bytearray()

@@ -10,7 +10,7 @@ the one to use per API, and when a SASL session the broker limits (KIP-368) must
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from onceflow.client.errors import KafkaApiError, UnreadableResponse, UnsupportedVersion, error_name
@@ -25,10 +25,12 @@ from onceflow.client.sasl import (
 )
 from onceflow.client.wire import (
     SIZE,
+    Blob,
     FrameError,
     api_name,
     decode_response,
     encode_request,
+    encode_request_parts,
     lenient_schema,
 )
 from onceflow.errors import ErrorCode
@@ -121,6 +123,16 @@ class ConnectionCore:
         self._correlation += 1
         self._pending = (api_key, version, self._correlation)
         return encode_request(api_key, version, self._correlation, self.client_id, body)
+
+    def request_parts(
+        self, api_key: int, version: int, body: Any, blobs: Sequence[Blob]
+    ) -> list[Blob]:
+        """`request` as pieces, `blobs` (in place of their placeholders) not copied."""
+        self._correlation += 1
+        self._pending = (api_key, version, self._correlation)
+        return encode_request_parts(
+            api_key, version, self._correlation, self.client_id, body, blobs
+        )
 
     def response_size(self, prefix: bytes) -> int:
         """The length of the response frame whose 4-byte size prefix this is."""

@@ -107,7 +107,7 @@ class SealedBatch:
     tp: TopicPartition
     base_sequence: int
     count: int
-    data: bytes
+    data: bytes | memoryview  # an uncompressed batch is a view of its encoding buffer
 
 
 class Accumulator:

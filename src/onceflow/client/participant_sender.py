@@ -24,7 +24,7 @@ from onceflow.client.errors import KafkaApiError, Unreachable
 from onceflow.client.participant_link import Link, version
 from onceflow.client.participant_records import Accumulator, SealedBatch, TopicPartition
 from onceflow.client.retry import retrying
-from onceflow.client.wire import request_entity
+from onceflow.client.wire import placeholder, request_entity
 from onceflow.errors import ErrorCode
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
@@ -105,7 +105,9 @@ class Sender:
             try:
                 connection = self.link.wire.node(leader)
                 v = version(connection, ApiKey.PRODUCE, *PRODUCE_VERSIONS)
-                answer = connection.call_at(ApiKey.PRODUCE, v, self._request(v, batches))
+                # The batches go where their placeholders are, without a copy.
+                blobs = [batch.data for batch in batches]
+                answer = connection.call_at(ApiKey.PRODUCE, v, self._request(v, batches), blobs)
             except Unreachable:
                 self._lost()
                 return True
@@ -118,11 +120,16 @@ class Sender:
         self._last_error = ErrorCode.network_exception
 
     def _request(self, v: int, batches: list[SealedBatch]) -> Any:
+        """The Produce request, each batch's records a placeholder (`wire.placeholder`)."""
         by_topic: dict[str, list[Any]] = defaultdict(list)
-        for batch in batches:
+        for i, batch in enumerate(batches):
             by_topic[batch.tp[0]].append(
                 request_entity(
-                    ApiKey.PRODUCE, v, "PartitionProduceData", index=batch.tp[1], records=batch.data
+                    ApiKey.PRODUCE,
+                    v,
+                    "PartitionProduceData",
+                    index=batch.tp[1],
+                    records=placeholder(i),
                 )
             )
         return build(

@@ -26,7 +26,7 @@ from onceflow.records.batch import (
 from onceflow.records.compression import Compression, codec_of, compress
 from onceflow.records.record import Header, Record, encode_record
 
-__all__ = ["RecordInput", "build_batch", "rebuild_batch"]
+__all__ = ["RecordInput", "build_batch", "frame_batch", "frame_in_place", "rebuild_batch"]
 
 # (key, value, headers); None is a null key or value.
 RecordInput = tuple[bytes | None, bytes | None, Sequence[Header]]
@@ -104,10 +104,41 @@ def frame_batch(
 ) -> bytes:
     """A v2 batch of `count` records at consecutive offsets, around their encoded (and
     perhaps compressed) records section: the header, then its CRC-32C."""
-    size = HEADER_SIZE + len(section)
-    out = bytearray(size)
-    HEADER.pack_into(
+    out = bytearray(HEADER_SIZE + len(section))
+    out[HEADER_SIZE:] = section
+    frame_in_place(
         out,
+        attributes=attributes,
+        count=count,
+        base_ts=base_ts,
+        max_ts=max_ts,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+    return bytes(out)
+
+
+def frame_in_place(
+    batch: bytearray | memoryview,
+    *,
+    attributes: int,
+    count: int,
+    base_ts: int,
+    max_ts: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> None:
+    """Write the header and CRC-32C of a v2 batch whose records section already follows
+    HEADER_SIZE bytes left free at the start of `batch` (no copy of the records)."""
+    size = len(batch)
+    HEADER.pack_into(
+        batch,
         0,
         base_offset,
         size - LOG_OVERHEAD,
@@ -123,9 +154,7 @@ def frame_batch(
         base_sequence,
         count,
     )
-    out[HEADER_SIZE:] = section
-    out[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(out, 0, size).to_bytes(4, "big")
-    return bytes(out)
+    batch[CRC_OFFSET : CRC_OFFSET + 4] = compute_crc(batch, 0, size).to_bytes(4, "big")
 
 
 def rebuild_batch(original: BatchHeader, records: Sequence[Record]) -> bytes:

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from onceflow.records.batch import (
+    HEADER_SIZE,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     TRANSACTIONAL_FLAG,
 )
-from onceflow.records.builder import frame_batch
+from onceflow.records.builder import frame_batch, frame_in_place
 from onceflow.records.column import BinaryColumn, Bytes, Ints, runs_mask
 from onceflow.records.compression import Compression, codec_of, compress
 from onceflow.records.record import Header, encode_varint
@@ -75,10 +76,12 @@ def encode_records(
     keys: BinaryColumn | None = None,
     timestamp_deltas: Ints | None = None,
     headers: BinaryColumn | None = None,
+    headroom: int = 0,
 ) -> Bytes:
     """The records section of a batch (uncompressed): record i has offset delta i, key
     `keys[i]` (null for all without `keys`), value `values[i]`, timestamp delta
-    `timestamp_deltas[i]` (0 without), and headers section `headers[i]` (none without)."""
+    `timestamp_deltas[i]` (0 without), and headers section `headers[i]` (none without).
+    `headroom` bytes are left unwritten before it (room for the batch header)."""
     n = len(values)
     if keys is not None and len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} values")
@@ -105,7 +108,8 @@ def encode_records(
     body_raw = zigzag(body)
     length_size = varint_sizes(body_raw)
     ends = np.cumsum(length_size + body)
-    total = int(ends[-1]) if n else 0
+    ends += headroom
+    total = int(ends[-1]) if n else headroom
     out = np.empty(total, np.uint8)
     at = ends - body - length_size  # each record's start
     _scatter_varint(out, at, body_raw, length_size)
@@ -155,29 +159,32 @@ def build_column_batch(
     base_sequence: int = NO_SEQUENCE,
     transactional: bool = False,
     compression: Compression | int = Compression.NONE,
-) -> bytes:
+) -> bytes | memoryview:
     """One v2 batch of the records `encode_records` describes, record i at timestamp
     `timestamps[i]` (CREATE_TIME; the first is the base timestamp, the largest the max).
-    Byte for byte what `build_batch` makes of the same records."""
+    Byte for byte what `build_batch` makes of the same records; uncompressed, a view of
+    the buffer the records were encoded into, framed where they lie."""
     count = len(values)
     if count == 0:
         raise ValueError("a record batch needs at least one record")
     if len(timestamps) != count:
         raise ValueError(f"{len(timestamps)} timestamps for {count} records")
     base_ts = int(timestamps[0])
-    body = encode_records(values, keys, timestamps - base_ts, headers)
     codec = codec_of(compression)
-    raw = memoryview(body.data)
-    section = raw if codec is Compression.NONE else memoryview(compress(codec, raw))
-    return frame_batch(
-        section,
-        attributes=int(codec) | (TRANSACTIONAL_FLAG if transactional else 0),
-        count=count,
-        base_ts=base_ts,
-        max_ts=int(timestamps.max()),
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-    )
+    framing = {
+        "attributes": int(codec) | (TRANSACTIONAL_FLAG if transactional else 0),
+        "count": count,
+        "base_ts": base_ts,
+        "max_ts": int(timestamps.max()),
+        "base_offset": base_offset,
+        "partition_leader_epoch": partition_leader_epoch,
+        "producer_id": producer_id,
+        "producer_epoch": producer_epoch,
+        "base_sequence": base_sequence,
+    }
+    if codec is Compression.NONE:  # no copy of the records: the header goes in front
+        batch = encode_records(values, keys, timestamps - base_ts, headers, HEADER_SIZE).data
+        frame_in_place(batch, **framing)
+        return batch
+    body = encode_records(values, keys, timestamps - base_ts, headers)
+    return frame_batch(compress(codec, memoryview(body.data)), **framing)
