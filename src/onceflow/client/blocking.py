@@ -11,6 +11,7 @@ runs out, as Kafka's clients do.
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 from collections.abc import Sequence
@@ -91,6 +92,18 @@ class Connection:
     def close(self) -> None:
         self._sock.close()
         self.core.closed()
+
+    def reusable(self) -> bool:
+        """Whether a later request may use this connection: no answer is awaited, and the
+        broker has not closed it (a broker sends nothing unasked, so anything to read on an
+        idle connection is its end: a restart, an idle timeout)."""
+        if self.core.awaiting or self._sock.fileno() < 0:
+            return False
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
 
     # ---- versions --------------------------------------------------------------------
 

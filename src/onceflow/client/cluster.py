@@ -91,6 +91,10 @@ class Cluster:
             connection.close()
         self._connections.clear()
 
+    def reusable(self) -> bool:
+        """Whether every connection may serve another client (`Connection.reusable`)."""
+        return all(c.reusable() for c in self._connections.values())
+
     def _connect(self, host: str, port: int) -> Connection:
         key = (host, port)
         connection = self._connections.get(key)

@@ -134,6 +134,11 @@ class ConnectionCore:
             api_key, version, self._correlation, self.client_id, body, blobs
         )
 
+    @property
+    def awaiting(self) -> bool:
+        """A request was sent and its response not read yet."""
+        return self._pending is not None
+
     def response_size(self, prefix: bytes) -> int:
         """The length of the response frame whose 4-byte size prefix this is."""
         size: int = SIZE.unpack(prefix)[0]

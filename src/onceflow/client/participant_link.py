@@ -16,6 +16,7 @@ from typing import Any
 
 from onceflow.client.blocking import Connection
 from onceflow.client.cluster import Cluster
+from onceflow.client.cluster_pool import pool
 from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.client.retry import retrying
@@ -83,7 +84,7 @@ class Link:
     @property
     def wire(self) -> Cluster:
         if self._cluster is None:
-            self._cluster = Cluster(self.bootstrap, self.timeout_s, self.security)
+            self._cluster = pool.take(self.bootstrap, self.timeout_s, self.security)
         return self._cluster
 
     def reset(self) -> None:
@@ -94,7 +95,12 @@ class Link:
         self._coordinator = None
         self.partitions.clear()
 
-    close = reset
+    def close(self) -> None:
+        """Done: the connections go to the next client of this process (`cluster_pool`)."""
+        cluster, self._cluster = self._cluster, None
+        self.reset()
+        if cluster is not None:
+            pool.give_back(cluster, self.bootstrap, self.timeout_s, self.security)
 
     def coordinator(self, transactional_id: str) -> Connection:
         if self._coordinator is None:

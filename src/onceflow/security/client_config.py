@@ -95,6 +95,10 @@ class ClientSecurity:
             username, password = _credentials(props)
         return cls(protocol, tls, mechanism, username, password)
 
+    def identity(self) -> tuple[object, ...]:
+        """Equal for equal settings: connections made with one serve the other."""
+        return (self.protocol, self.tls, self.mechanism, self.username, self._password)
+
     @property
     def uses_tls(self) -> bool:
         return self.protocol in ("SSL", "SASL_SSL")
