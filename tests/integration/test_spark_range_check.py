@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from onceflow.spark import reader
-from onceflow.spark.reader import KafkaMetadata, KafkaRange, PartitionGone
+from onceflow.spark import range_reader, source_metadata
+from onceflow.spark.range_reader import KafkaRange
+from onceflow.spark.source_metadata import KafkaMetadata, PartitionGone
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic
 
@@ -64,9 +65,9 @@ def test_list_offsets_waits_out_a_partition_without_a_leader(
 ) -> None:
     # Seen in the Spark pipeline test on a cluster: a broker killed, its partitions leaderless
     # for the ~12 s until the controller notices; every task attempt failed at once.
-    monkeypatch.setattr(reader, "AdminClient", _LeaderlessAdmin)
+    monkeypatch.setattr(source_metadata, "AdminClient", _LeaderlessAdmin)
     monkeypatch.setattr(_LeaderlessAdmin, "calls", 0)
-    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    monkeypatch.setattr(source_metadata, "LIST_OFFSETS_BACKOFF_S", 0.01)
     meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
     assert meta.earliest([("t", 0)]) == {("t", 0): 7}
     assert _LeaderlessAdmin.calls == 3
@@ -83,7 +84,7 @@ class _Meta:
 
 
 def _range_reader(failure: Exception, fail_on_data_loss: bool) -> Any:
-    rr = object.__new__(reader._RangeReader)
+    rr = object.__new__(range_reader.RangeReader)
     rr.r = KafkaRange("t", 0, 5, 10)
     rr.name = "t-0"
     rr.meta = _Meta(failure)
@@ -101,7 +102,7 @@ def test_only_a_gone_partition_is_skipped_without_failondataloss() -> None:
 
 def test_a_gone_partition_with_failondataloss_is_data_loss() -> None:
     gone = _range_reader(PartitionGone("UNKNOWN_TOPIC_OR_PART"), fail_on_data_loss=True)
-    with pytest.raises(reader.DataLossError):
+    with pytest.raises(range_reader.DataLossError):
         gone._check_range(5, 10)
 
 
@@ -127,11 +128,11 @@ class _SilentAdmin(_LeaderlessAdmin):
 def test_an_unanswered_list_offsets_is_asked_again_on_a_new_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(reader, "AdminClient", _SilentAdmin)
+    monkeypatch.setattr(source_metadata, "AdminClient", _SilentAdmin)
     monkeypatch.setattr(_SilentAdmin, "calls", 0)
     monkeypatch.setattr(_SilentAdmin, "instances", 0)
-    monkeypatch.setattr(reader, "LIST_OFFSETS_ATTEMPT_S", 0.2)
-    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    monkeypatch.setattr(source_metadata, "LIST_OFFSETS_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(source_metadata, "LIST_OFFSETS_BACKOFF_S", 0.01)
     meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
     assert meta.latest([("t", 0)]) == {("t", 0): 7}
     assert (_SilentAdmin.calls, _SilentAdmin.instances) == (2, 2)
@@ -140,11 +141,11 @@ def test_an_unanswered_list_offsets_is_asked_again_on_a_new_client(
 def test_list_offsets_unanswered_until_the_deadline_fails_the_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(reader, "AdminClient", _SilentAdmin)
+    monkeypatch.setattr(source_metadata, "AdminClient", _SilentAdmin)
     monkeypatch.setattr(_SilentAdmin, "calls", -1000)  # never answered
-    monkeypatch.setattr(reader, "LIST_OFFSETS_ATTEMPT_S", 0.2)
-    monkeypatch.setattr(reader, "ADMIN_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(reader, "LIST_OFFSETS_BACKOFF_S", 0.01)
+    monkeypatch.setattr(source_metadata, "LIST_OFFSETS_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(source_metadata, "ADMIN_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(source_metadata, "LIST_OFFSETS_BACKOFF_S", 0.01)
     meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
     with pytest.raises(RuntimeError, match="no answer"):
         meta.latest([("t", 0)])

@@ -38,7 +38,7 @@ from onceflow.spark import KafkaAccessError
 from onceflow.spark.batch_commit import read_decision
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC, LEDGER_GROUP_PREFIX, Ledger
 from onceflow.spark.options import REDACTED, parse_source_options
-from onceflow.spark.reader import READER_GROUP_ID
+from onceflow.spark.range_reader import READER_GROUP_ID
 from onceflow.spark.sink_config import SinkColumns, SinkConfig
 from tests.helpers.clients import QUIET_LOGGER
 from tests.helpers.secure import ADMIN, SecureBroker, add_scram_user, admin, allow

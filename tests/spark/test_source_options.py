@@ -16,16 +16,9 @@ from onceflow.spark.options import (
     check_stream_source,
     parse_source_options,
 )
-from onceflow.spark.reader import (
-    KafkaRange,
-    OnceflowStreamReader,
-    _cap_at_target,
-    _rate_limit,
-    arrow_schema,
-    check_schema,
-    kafka_schema,
-    plan_ranges,
-)
+from onceflow.spark.range_reader import KafkaRange
+from onceflow.spark.reader import OnceflowStreamReader, _cap_at_target, _rate_limit, plan_ranges
+from onceflow.spark.source_schema import arrow_schema, check_schema, kafka_schema
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:1"}
 

@@ -8,14 +8,9 @@ import pyarrow as pa
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow.spark.options import parse_source_options
-from onceflow.spark.reader import (
-    KafkaRange,
-    OnceflowBatchReader,
-    OnceflowStreamReader,
-    arrow_schema,
-    kafka_schema,
-    read_range,
-)
+from onceflow.spark.range_reader import KafkaRange, read_range
+from onceflow.spark.reader import OnceflowBatchReader, OnceflowStreamReader
+from onceflow.spark.source_schema import arrow_schema, kafka_schema
 from tests.spark.conftest import Kafka, source_options
 
 

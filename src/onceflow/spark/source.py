@@ -3,8 +3,8 @@
 
 Spark pickles this class to every Python worker and builds it from the query's options
 (a case-insensitive map). It stays a thin shell: option checks and schema here, reading in
-`onceflow.spark.reader`, writing in `onceflow.spark.writer` and `sink_tasks` (imported only
-when a query writes).
+`onceflow.spark.reader` (with `source_metadata` and `range_reader`), writing in
+`onceflow.spark.writer` and `sink_tasks` (imported only when a query writes).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from onceflow.spark.options import parse_source_options
-from onceflow.spark.reader import OnceflowStreamReader, batch_reader, kafka_schema
+from onceflow.spark.reader import OnceflowStreamReader, batch_reader
+from onceflow.spark.source_schema import kafka_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
