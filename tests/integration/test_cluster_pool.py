@@ -84,3 +84,25 @@ def test_a_forked_child_does_not_use_its_parents_connections(
     parent = os.getpid()
     monkeypatch.setattr(cluster_pool.os, "getpid", lambda: parent + 1)
     assert fresh_pool.take(broker.bootstrap, 5.0, None) is not cluster
+
+
+def test_a_pooled_cluster_remembers_coordinators_until_told_they_moved(
+    broker: BrokerProcess, fresh_pool: ClusterPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from onceflow.client.cluster import KEY_TYPE_GROUP, Cluster
+
+    asked: list[str] = []
+    find = Cluster.coordinator
+
+    def counting(self: Cluster, key: str, key_type: int, what: str) -> object:
+        asked.append(key)
+        return find(self, key, key_type, what)
+
+    monkeypatch.setattr(Cluster, "coordinator", counting)
+    cluster = fresh_pool.take(broker.bootstrap, 5.0, None)
+    first = cluster.known_coordinator("g", KEY_TYPE_GROUP, "group g")
+    assert cluster.known_coordinator("g", KEY_TYPE_GROUP, "group g") is first
+    assert asked == ["g"]
+    cluster.forget_coordinator("g", KEY_TYPE_GROUP)
+    cluster.known_coordinator("g", KEY_TYPE_GROUP, "group g")
+    assert asked == ["g", "g"]

@@ -67,6 +67,8 @@ class Cluster:
         self.security = security
         tls_context(security)  # a bad TLS setting is reported once, before any connection
         self._connections: dict[tuple[str, int], Connection] = {}
+        # Coordinators found for `known_coordinator`'s callers (a pooled participant's).
+        self._known_coordinators: dict[tuple[int, str], Connection] = {}
         failures = []
         for host, port in split_bootstrap(bootstrap):
             try:
@@ -90,6 +92,7 @@ class Cluster:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+        self._known_coordinators.clear()
 
     def reusable(self) -> bool:
         """Whether every connection may serve another client (`Connection.reusable`)."""
@@ -193,6 +196,18 @@ class Cluster:
     def group_coordinator(self, group: str) -> tuple[int, Connection]:
         """The broker coordinating a consumer group."""
         return self.coordinator(group, KEY_TYPE_GROUP, f"group {group}")
+
+    def known_coordinator(self, key: str, key_type: int, what: str) -> Connection:
+        """The coordinator of `key` as found before on this cluster, else found now. A
+        caller told the coordinator moved (NOT_COORDINATOR) calls `forget_coordinator`."""
+        found = self._known_coordinators.get((key_type, key))
+        if found is None:
+            _, found = self.coordinator(key, key_type, what)
+            self._known_coordinators[(key_type, key)] = found
+        return found
+
+    def forget_coordinator(self, key: str, key_type: int) -> None:
+        self._known_coordinators.pop((key_type, key), None)
 
     def coordinator(self, key: str, key_type: int, what: str) -> tuple[int, Connection]:
         """FindCoordinator for one key, asked again while the answer is retriable (the

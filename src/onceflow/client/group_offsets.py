@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.client.blocking import Connection
+from onceflow.client.cluster import KEY_TYPE_GROUP
 from onceflow.client.participant_link import Link, coordinator_request, version
 from onceflow.client.wire import request_entity
 from onceflow.errors import ErrorCode
@@ -131,8 +132,11 @@ class GroupOffsets:
 
     def _find(self) -> Connection:
         if self._coordinator is None:
-            _, self._coordinator = self.link.wire.group_coordinator(self.group)
+            what = f"group {self.group}"
+            self._coordinator = self.link.wire.known_coordinator(self.group, KEY_TYPE_GROUP, what)
         return self._coordinator
 
     def _moved(self) -> None:
+        if self._coordinator is not None:
+            self.link.forget_coordinator(self.group, KEY_TYPE_GROUP)
         self._coordinator = None

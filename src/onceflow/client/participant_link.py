@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.client.blocking import Connection
-from onceflow.client.cluster import Cluster
+from onceflow.client.cluster import KEY_TYPE_TRANSACTION, Cluster
 from onceflow.client.cluster_pool import pool
 from onceflow.client.errors import KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant_state import ProducerSettings
@@ -77,6 +77,7 @@ class Link:
         self.backoff_s = settings.retry_backoff_ms / 1000
         self._cluster: Cluster | None = None
         self._coordinator: Connection | None = None
+        self._coordinator_of = ""  # the transactional id `_coordinator` coordinates
         self.partitions: dict[str, dict[int, int]] = {}  # topic -> partition -> leader
         # A producer's topics are created on first use where the broker auto-creates.
         self.auto_create = True
@@ -103,12 +104,24 @@ class Link:
             pool.give_back(cluster, self.bootstrap, self.timeout_s, self.security)
 
     def coordinator(self, transactional_id: str) -> Connection:
+        """The coordinator of `transactional_id`, as this process last found it."""
         if self._coordinator is None:
-            _, self._coordinator = self.wire.transaction_coordinator(transactional_id)
+            what = f"transactional id {transactional_id}"
+            self._coordinator = self.wire.known_coordinator(
+                transactional_id, KEY_TYPE_TRANSACTION, what
+            )
+            self._coordinator_of = transactional_id
         return self._coordinator
 
     def coordinator_moved(self) -> None:
+        if self._coordinator is not None:
+            self.forget_coordinator(self._coordinator_of, KEY_TYPE_TRANSACTION)
         self._coordinator = None
+
+    def forget_coordinator(self, key: str, key_type: int) -> None:
+        """A coordinator moved: the next request asks FindCoordinator again."""
+        if self._cluster is not None:  # else reset() dropped what it knew already
+            self._cluster.forget_coordinator(key, key_type)
 
     def leaders(self, topic: str) -> dict[int, int]:
         """Partition -> leader of `topic`, from Metadata when not known yet."""
