@@ -42,7 +42,6 @@ class GroupOffsets:
         self.link = link
         self.group = group
         self.timeout_s = timeout_s
-        self._coordinator: Connection | None = None
 
     def committed(self, topic: str, partition: int) -> CommittedOffset | None:
         """The committed offset of topic-partition, None when there is none; an offset
@@ -131,12 +130,9 @@ class GroupOffsets:
         )
 
     def _find(self) -> Connection:
-        if self._coordinator is None:
-            what = f"group {self.group}"
-            self._coordinator = self.link.wire.known_coordinator(self.group, KEY_TYPE_GROUP, what)
-        return self._coordinator
+        # Asked of the link's cluster each time (a dict lookup once found): a connection
+        # kept here would outlive the link's close, and the pool hands it on.
+        return self.link.wire.known_coordinator(self.group, KEY_TYPE_GROUP, f"group {self.group}")
 
     def _moved(self) -> None:
-        if self._coordinator is not None:
-            self.link.forget_coordinator(self.group, KEY_TYPE_GROUP)
-        self._coordinator = None
+        self.link.forget_coordinator(self.group, KEY_TYPE_GROUP)
