@@ -139,6 +139,9 @@ def test_an_unknown_session_or_a_wrong_epoch_is_refused_with_kafkas_codes() -> N
     with pytest.raises(KafkaError):
         session_for(sessions, LOCAL + 1, 17, _fetch(session.id, 1, {}))
     assert session_for(sessions, -1, 17, _fetch(0, 0, {0: 0})) == (None, True)
+    with pytest.raises(KafkaError) as refused:
+        session_for(sessions, -1, 17, _fetch(session.id, 1, {}))
+    assert refused.value.code is ErrorCode.fetch_session_id_not_found
     # A follower's new session replaces its old one: at most one per follower.
     again, _ = session_for(sessions, LOCAL, 17, _fetch(0, 0, {0: 0}))
     assert again is not None and again.id != session.id and len(sessions) == 1

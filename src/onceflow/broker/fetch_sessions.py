@@ -151,6 +151,8 @@ def session_for(
         return None, True
     session_id, epoch = request.session_id, request.session_epoch
     if replica < 0:
+        if session_id != 0 and epoch > 0:  # continuing a session it was never given
+            raise KafkaError(ErrorCode.fetch_session_id_not_found, f"no fetch session {session_id}")
         return None, True  # consumers get no session (id 0): every fetch is full
     if epoch == FINAL_EPOCH:
         sessions.close(session_id)
