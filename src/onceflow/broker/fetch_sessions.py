@@ -23,7 +23,7 @@ import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from onceflow.errors import ErrorCode, KafkaError
 
@@ -35,6 +35,28 @@ MAX_EPOCH = 2**31 - 1
 PartitionKey = tuple[str, int]
 #: A topic of a fetch: its name (None: an unknown topic id), its id (v13+), its partitions.
 Topic = tuple[str | None, Any, Sequence[Any]]
+
+
+class PartitionRead(Protocol):
+    """What the fetch handler read of a partition, as far as a session looks at it."""
+
+    @property
+    def error(self) -> ErrorCode: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def region(self) -> object | None: ...
+    @property
+    def diverging(self) -> object | None: ...
+    @property
+    def leader(self) -> object | None: ...
+
+
+Read = TypeVar("Read", bound=PartitionRead)
 #: What the follower was last told of a partition: high watermark, LSO, log start offset.
 Told = tuple[int, int, int]
 
@@ -80,6 +102,33 @@ class FetchSession:
             (name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()
         ]
         return grouped
+
+    def answered(
+        self, topics: list[Topic], reads: list[list[Read]], full: bool
+    ) -> tuple[list[Topic], list[list[Read]]]:
+        """What the answer holds: every partition after a full request, else those with
+        records, an error, a diverging epoch or a moved leader, or a high watermark, LSO or
+        log start the follower was not told yet; topics left empty are left out."""
+        kept_topics: list[Topic] = []
+        kept_reads: list[list[Read]] = []
+        for (name, topic_id, parts), topic_reads in zip(topics, reads, strict=True):
+            kept_parts, kept = [], []
+            for p, read in zip(parts, topic_reads, strict=True):
+                news = (
+                    read.region is not None
+                    or read.error is not ErrorCode.none
+                    or read.diverging is not None
+                    or read.leader is not None
+                )
+                told = (read.high_watermark, read.last_stable_offset, read.log_start_offset)
+                answer = self.worth_answering((name or "", p.partition), told, news)
+                if full or answer:
+                    kept_parts.append(p)
+                    kept.append(read)
+            if kept:
+                kept_topics.append((name, topic_id, kept_parts))
+                kept_reads.append(kept)
+        return kept_topics, kept_reads
 
     def worth_answering(self, key: PartitionKey, told: Told, news: bool) -> bool:
         """Whether a partition goes into the answer (records, an error, a diverging

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onceflow.broker.fetch_sessions import FetchSession, Topic, session_for
+from onceflow.broker.fetch_sessions import Topic, session_for
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.responses import RawBody
@@ -99,7 +99,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         else ()
     )
     if session is not None:
-        topics, reads = _news(session, topics, reads, full)
+        topics, reads = session.answered(topics, reads, full)
     session_id = session.id if session is not None else 0
     return RawBody(_encode(ctx, topics, reads, session_id=session_id), errors)
 
@@ -118,34 +118,6 @@ def _wanted(names: list[str | None], request: Any) -> list[Topic]:
         (name, getattr(t, "topic_id", None), t.partitions)
         for name, t in zip(names, request.topics, strict=True)
     ]
-
-
-def _news(
-    session: FetchSession, topics: list[Topic], reads: list[list[_PartitionRead]], full: bool
-) -> tuple[list[Topic], list[list[_PartitionRead]]]:
-    """What a session's answer holds: every partition after a full request, else those
-    with records, an error, a diverging epoch or a moved leader, or a high watermark, LSO
-    or log start the follower was not told yet (KIP-227); topics left empty are left out."""
-    kept_topics: list[Topic] = []
-    kept_reads: list[list[_PartitionRead]] = []
-    for (name, topic_id, parts), topic_reads in zip(topics, reads, strict=True):
-        kept_parts, kept = [], []
-        for p, read in zip(parts, topic_reads, strict=True):
-            news = (
-                read.region is not None
-                or read.error is not ErrorCode.none
-                or read.diverging is not None
-                or read.leader is not None
-            )
-            told = (read.high_watermark, read.last_stable_offset, read.log_start_offset)
-            answer = session.worth_answering((name or "", p.partition), told, news)
-            if full or answer:
-                kept_parts.append(p)
-                kept.append(read)
-        if kept:
-            kept_topics.append((name, topic_id, kept_parts))
-            kept_reads.append(kept)
-    return kept_topics, kept_reads
 
 
 def _denied_topics(ctx: RequestContext, names: list[str | None], replica: int) -> frozenset[str]:
