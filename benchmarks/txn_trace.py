@@ -18,6 +18,10 @@ read_committed reader timing each record) with two clocks on it:
   for the previous transaction's markers and CompleteCommit; EndTxn is the PrepareCommit
   append.
 
+It also prints the brokers' CPU time (user + system, from /proc) per second and per
+transaction over the run: on a machine shared with other work, latencies follow the load,
+while the brokers' work per transaction is a steadier figure to compare checkouts by.
+
 `--pair` runs `roundtrip_pair` (plain then transactional copier) on the same cluster and
 prints the p50s and their ratio: the issue's figure, without the rest of `make bench`.
 """
@@ -105,11 +109,29 @@ def percentiles(values: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-def trace(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: float) -> None:
+def cpu_seconds(pids: list[int]) -> float:
+    """The user + system CPU time these processes have used so far (Linux's /proc)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def trace(
+    bootstrap: str,
+    new_topic: object,
+    rate: int,
+    warmup: float,
+    seconds: float,
+    broker_pids: list[int],
+) -> None:
     name = f"trace-{uuid.uuid4().hex[:8]}"
     source, sink = f"{name}-in", f"{name}-out"
     new_topic(source)  # type: ignore[operator]
     new_topic(sink)  # type: ignore[operator]
+    cpu_before, started = cpu_seconds(broker_pids), time.perf_counter()
     trips = roundtrip_run(
         bootstrap,
         source,
@@ -120,10 +142,18 @@ def trace(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: 
         prefix="trace-",
         copier_type=TracedCopier,
     )
+    cpu = cpu_seconds(broker_pids) - cpu_before
+    elapsed = time.perf_counter() - started
     transactions = len(TracedCopier.steps["transaction, begin to commit"])
     print(f"\n{transactions} transactions; round trip p50/p99 ms:", end=" ")
     p50, p99 = percentiles(trips)
     print(f"{p50 * 1000:.1f} / {p99 * 1000:.1f}")
+    # The brokers' work, which the other processes on the machine do not change much: a
+    # figure to compare checkouts by when the machine is shared.
+    print(
+        f"broker CPU: {cpu / elapsed:.2f} s per s, "
+        f"{cpu / max(transactions, 1) * 1000:.1f} ms per transaction"
+    )
     print(f"\n{'copier step':40} {'p50 ms':>8} {'p99 ms':>8}")
     for step, values in TracedCopier.steps.items():
         p50, p99 = percentiles(values)
@@ -168,21 +198,21 @@ def main() -> int:
     if args.broker_src:
         os.environ[BROKER_SRC_ENV] = os.path.abspath(args.broker_src)
 
-    def run(bootstrap: str, new_topic: object, rate: int, warmup: float, seconds: float) -> None:
+    def run(bootstrap: str, new_topic: object, pids: list[int]) -> None:
+        rate, warmup, seconds = args.rate, args.warmup, args.seconds
         if args.pair:
             pair(bootstrap, new_topic, rate, warmup, seconds, args.rounds)
         else:
-            trace(bootstrap, new_topic, rate, warmup, seconds)
+            trace(bootstrap, new_topic, rate, warmup, seconds, pids)
 
     if args.brokers == 1:
         broker = OnceflowBroker()
         try:
+            assert broker.proc is not None
             run(
                 broker.bootstrap,
                 lambda topic: create_topic(broker.bootstrap, topic),
-                args.rate,
-                args.warmup,
-                args.seconds,
+                [broker.proc.pid],
             )
         finally:
             broker.close()
@@ -195,9 +225,7 @@ def main() -> int:
         run(
             bench.bootstrap,
             lambda topic: bench.create_topic(topic, cluster.BROKERS),
-            args.rate,
-            args.warmup,
-            args.seconds,
+            [bench.pid(b) for b in range(1, cluster.BROKERS + 1)],
         )
     finally:
         bench.close(remove=not args.keep)

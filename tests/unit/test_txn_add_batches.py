@@ -97,3 +97,45 @@ def test_an_add_of_another_epoch_does_not_join() -> None:
         assert coord.txns["t"].partitions == {("a", 1)}
 
     run(go())
+
+
+class FetchingLog(ReplicatedLog):
+    """Notes what a follower's fetch woken by each append would find: the log as it is
+    at the next pass of the event loop (a parked fetch wakes no sooner)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched: list[int] = []  # the log's length each woken fetch saw
+
+    def append(self, partition: int, batch: bytes) -> asyncio.Future[None]:
+        done = super().append(partition, batch)
+        asyncio.get_running_loop().call_soon(lambda: self.fetched.append(len(self.records)))
+        return done
+
+
+def test_the_waiting_add_is_appended_in_the_same_step_as_the_complete_record() -> None:
+    """The previous transaction's Complete record and the add waiting for it reach the
+    followers in one fetch: the add's record is in the log before the loop runs again."""
+
+    async def go() -> None:
+        log, markers = FetchingLog(), Markers()
+        coord, pid, epoch = await ending_with_markers_held(log, markers)
+        first = coord.add_partitions("t", pid, epoch, [("a", 1)])
+        offsets = coord.add_partitions("t", pid, epoch, [("__consumer_offsets", 7)])
+        await settle()
+        log.holding = True
+        log.fetched.clear()
+        assert markers.block is not None
+        markers.block.set()
+        await settle()
+        states = log.states("t")
+        assert states[-2:] == [TxnState.COMPLETE_COMMIT, TxnState.ONGOING]
+        # The fetch woken by the Complete append already finds the Ongoing record.
+        assert log.fetched[0] == len(log.records)
+        assert not first.done() and not offsets.done()  # answered once durable
+        log.replicate()
+        assert await first is ErrorCode.none
+        assert await offsets is ErrorCode.none
+        assert coord.txns["t"].partitions == {("a", 1), ("__consumer_offsets", 7)}
+
+    run(go())

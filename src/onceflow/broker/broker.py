@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig, LocalDynamicConfigStore
+from onceflow.broker.fetch_sessions import FetchSessions
 from onceflow.broker.metrics import BrokerMetrics
 from onceflow.broker.metrics_share import ShareStateCollector
 from onceflow.broker.purgatory import FetchPurgatory
@@ -120,6 +121,8 @@ class Broker:
         self.purgatory = FetchPurgatory()
         # Followers' fetches wait for appends, not for the high watermark.
         self.replica_purgatory = FetchPurgatory()
+        # Followers' incremental fetch sessions (KIP-227).
+        self.fetch_sessions = FetchSessions()
         self.writes = Writes(
             self.node_id, lambda: self.config, self.logs, self.purgatory, self.replica_purgatory
         )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, MutableSet
 from typing import TYPE_CHECKING, Any, Protocol
 
 from onceflow.broker.dynamic_config import DynamicBrokerConfig
+from onceflow.broker.fetch_sessions import FetchSessions
 from onceflow.broker.purgatory import FetchPurgatory
 from onceflow.broker.quotas import ClientQuotas
 from onceflow.broker.security import SecurityState
@@ -59,6 +60,8 @@ class BrokerServices(Protocol):
     def purgatory(self) -> FetchPurgatory: ...
     @property
     def replica_purgatory(self) -> FetchPurgatory: ...
+    @property
+    def fetch_sessions(self) -> FetchSessions: ...
     @property
     def security(self) -> SecurityState: ...
     @property

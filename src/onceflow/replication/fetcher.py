@@ -38,6 +38,7 @@ from onceflow.client.errors import Unreachable
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, request_type
+from onceflow.replication.follower_session import FetchState, FollowerSession, Key
 from onceflow.replication.partition import Partition, Role
 from onceflow.security.client_config import ClientSecurity
 from onceflow.storage.failures import LogOffline, OutOfSpace
@@ -54,6 +55,8 @@ LIST_OFFSETS_VERSION = 1
 EARLIEST_TIMESTAMP = -2
 STOP_RETRY_S = 0.1
 UNDEFINED = -1
+#: The leader lost or moved on from this fetcher's session: fetch in full at once.
+SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], _Followed] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._session = FollowerSession()
         self._conn = AsyncConnection(
             address[0], address[1], f"replica-{local_id}", self._timeout_s, settings.security
         )
@@ -283,13 +287,21 @@ class ReplicaFetcher:
                 self.host.appended(plog)
                 with contextlib.suppress(LogOffline):
                     await self.host.durable(plog, plog.log_end_offset - 1)
-        version, names, request = self._fetch_request(ready)
-        response = await self._conn.request(ApiKey.FETCH, version, request)
-        if response.error_code != ErrorCode.none:
-            log.info(
-                "leader %d refused a fetch: %s", self.leader_id, ErrorCode(response.error_code).name
-            )
+        version, names, request, sent, forgotten = self._fetch_request(ready)
+        try:
+            response = await self._conn.request(ApiKey.FETCH, version, request)
+        except BaseException:
+            self._session.reset()  # the leader may or may not have applied it
+            raise
+        error = ErrorCode(response.error_code)
+        if error is not ErrorCode.none:
+            self._session.reset()
+            if error in SESSION_ERRORS:  # the leader restarted, say: a full fetch now
+                log.debug("leader %d: %s, fetching in full", self.leader_id, error.name)
+                return True
+            log.info("leader %d refused a fetch: %s", self.leader_id, error.name)
             return False
+        self._session.answered(version, response.session_id, sent, forgotten)
         progressed = False
         durable: list[Awaitable[None]] = []
         for topic_result in response.responses:
@@ -316,30 +328,43 @@ class ReplicaFetcher:
 
     def _fetch_request(
         self, ready: dict[tuple[str, int], _Followed]
-    ) -> tuple[int, dict[uuid.UUID, str], Any]:
-        """One Fetch for every ready partition: its version, the names of the topic ids
-        asked for, and the request. The leader answers an id it does not know (a deleted
-        topic, whatever has its name now) with UNKNOWN_TOPIC_ID."""
+    ) -> tuple[int, dict[uuid.UUID, str], Any, dict[Key, FetchState], list[tuple[Key, FetchState]]]:
+        """One Fetch in this fetcher's session (follower_session.py) for the ready
+        partitions: its version, the names of the topic ids asked for, the request, and
+        the partitions it names and forgets. The leader answers an id it does not know (a
+        deleted topic, whatever has its name now) with UNKNOWN_TOPIC_ID."""
         ids = {key[0]: f.partition.topic_id for key, f in ready.items()}
         by_id = all(i is not None for i in ids.values())
         version = FETCH_VERSION if by_id else FETCH_BY_NAME_VERSION
         module = load_payload_module(ApiKey.FETCH, version, EntityType.request)
+        wanted: dict[Key, FetchState] = {
+            key: (
+                f.partition.topic_id,
+                f.leader_epoch,
+                f.partition.log.log_end_offset,
+                f.partition.log.log_start_offset,
+            )
+            for key, f in ready.items()
+        }
+        sent, forgotten = self._session.plan(version, wanted)
         topics: dict[str, list[Any]] = {}
-        for (topic, index), followed in ready.items():
-            plog = followed.partition.log
+        for (topic, index), (_, leader_epoch, fetch_offset, log_start) in sent.items():
             topics.setdefault(topic, []).append(
                 build(
                     module.FetchPartition,
                     partition=index,
-                    current_leader_epoch=followed.leader_epoch,
-                    fetch_offset=plog.log_end_offset,
+                    current_leader_epoch=leader_epoch,
+                    fetch_offset=fetch_offset,
                     # No diverging-epoch answers (KIP-595): truncation is done beforehand,
                     # by OffsetsForLeaderEpoch, at every new leader epoch.
                     last_fetched_epoch=-1,
-                    log_start_offset=plog.log_start_offset,
+                    log_start_offset=log_start,
                     partition_max_bytes=self.settings.partition_max_bytes,
                 )
             )
+        forgetting: dict[str, tuple[uuid.UUID | None, list[int]]] = {}
+        for (topic, index), (topic_id, _, _, _) in forgotten:
+            forgetting.setdefault(topic, (topic_id, []))[1].append(index)
         # v15+ (KIP-903) names the follower in ReplicaState; no broker epoch (-1) here.
         state = build(module.ReplicaState, replica_id=self.local_id) if version >= 15 else None
         request = build(
@@ -350,17 +375,20 @@ class ReplicaFetcher:
             min_bytes=1,
             max_bytes=self.settings.max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=self._session.id,
+            session_epoch=self._session.epoch,
             topics=tuple(
                 build(module.FetchTopic, topic=t, topic_id=ids[t], partitions=tuple(ps))
                 for t, ps in topics.items()
             ),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(
+                build(module.ForgottenTopic, topic=t, topic_id=i, partitions=tuple(ps))
+                for t, (i, ps) in forgetting.items()
+            ),
             rack_id="",
         )
         names = {topic_id: name for name, topic_id in ids.items() if topic_id is not None}
-        return version, names, request
+        return version, names, request, sent, forgotten
 
     @staticmethod
     def _follow_log_start(plog: PartitionLog, leader_start: int) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.broker.fetch_sessions import Topic, session_for
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.responses import RawBody
@@ -69,9 +70,19 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     ]
     replica = request.replica_id if ctx.api_version < 15 else request.replica_state.replica_id
     purgatory = broker.replica_purgatory if replica >= 0 else broker.purgatory
-    denied = _denied_topics(ctx, names, replica)
+    try:
+        session, full = session_for(broker.fetch_sessions, replica, ctx.api_version, request)
+    except KafkaError as exc:
+        return RawBody(_encode(ctx, [], [], exc.code), (exc.code,))
+    if session is not None:
+        session.update(names, request, full=full)
+    topics = _wanted(names, request)
+    if session is not None and not full:
+        topics = session.grouped()
+        keys = [(name or "", p.partition) for name, _, parts in topics for p in parts]
+    denied = _denied_topics(ctx, [name for name, _, _ in topics], replica)
     while True:
-        reads, total, failed = _read_all(ctx, request, names, replica, denied)
+        reads, total, failed = _read_all(ctx, request, topics, replica, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
@@ -87,7 +98,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         if failed
         else ()
     )
-    return RawBody(_encode(ctx, request, reads), errors)
+    if session is not None:
+        topics, reads = session.answered(topics, reads, full)
+    session_id = session.id if session is not None else 0
+    return RawBody(_encode(ctx, topics, reads, session_id=session_id), errors)
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
@@ -96,6 +110,14 @@ def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
     if ctx.api_version < 13:
         return [t.topic for t in request.topics]
     return [ctx.broker.topic_name_by_id(t.topic_id) for t in request.topics]
+
+
+def _wanted(names: list[str | None], request: Any) -> list[Topic]:
+    """The request's topics: name, topic id (v13+) and the partitions asked for."""
+    return [
+        (name, getattr(t, "topic_id", None), t.partitions)
+        for name, t in zip(names, request.topics, strict=True)
+    ]
 
 
 def _denied_topics(ctx: RequestContext, names: list[str | None], replica: int) -> frozenset[str]:
@@ -110,7 +132,7 @@ def _denied_topics(ctx: RequestContext, names: list[str | None], replica: int) -
 def _read_all(
     ctx: RequestContext,
     request: Any,
-    names: list[str | None],
+    topics: list[Topic],
     replica: int,
     denied: frozenset[str],
 ) -> tuple[list[list[_PartitionRead]], int, bool]:
@@ -125,9 +147,9 @@ def _read_all(
     total = 0
     failed = False
     out: list[list[_PartitionRead]] = []
-    for name, topic in zip(names, request.topics, strict=True):
+    for name, _, partitions in topics:
         reads = []
-        for p in topic.partitions:
+        for p in partitions:
             if name is None:
                 read = _PartitionRead(p.partition, ErrorCode.unknown_topic_id)
             elif name in denied:
@@ -284,7 +306,13 @@ def _read_for_follower(
     )
 
 
-def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]) -> list[Any]:
+def _encode(
+    ctx: RequestContext,
+    topics: list[Topic],
+    reads: list[list[_PartitionRead]],
+    error: ErrorCode = ErrorCode.none,
+    session_id: int = 0,
+) -> list[Any]:
     """kio encodes every entity with an empty partitions array or empty records, which we
     cut off and replace: by the real count and partitions, or by the region's length and the
     region itself. Flexible versions (v12+) end an array with a compact count (n+1) and every
@@ -297,8 +325,8 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
     tags = b"\x00" if flexible else b""
     top = ctx.response(
         throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
-        session_id=0,  # no fetch sessions: every fetch is a full fetch
+        error_code=error,
+        session_id=session_id,  # 0: no session, every fetch is full (fetch_sessions.py)
         responses=(),
     )
     parts: list[Any] = [codec.encode_body(top)[:-cut], count(len(reads))]
@@ -306,9 +334,9 @@ def _encode(ctx: RequestContext, request: Any, reads: list[list[_PartitionRead]]
     topic_cls = codec.nested(key, version, "FetchableTopicResponse")
     partition_cls = codec.nested(key, version, "PartitionData")
     aborted_cls = codec.nested(key, version, "AbortedTransaction")
-    for topic, topic_reads in zip(request.topics, reads, strict=True):
-        topic_id = getattr(topic, "topic_id", None)
-        name = getattr(topic, "topic", None)
+    for (name, topic_id, _), topic_reads in zip(topics, reads, strict=True):
+        if version >= 13:
+            name = None  # by topic id
         head = codec.build(topic_cls, topic=name, topic_id=topic_id, partitions=())
         parts.append(codec.encode_body(head)[:-cut])
         parts.append(count(len(topic_reads)))

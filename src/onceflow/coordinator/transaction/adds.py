@@ -34,6 +34,8 @@ class AddBatch:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     gathering: bool = True  # until the previous batch and transaction have ended
+    #: Its answer, or the future of it, once its record is appended (or it was refused).
+    started: ErrorCode | asyncio.Future[ErrorCode] | None = None
 
 
 class AddBatches:
@@ -63,6 +65,17 @@ class AddBatches:
         batch.answer.add_done_callback(_retrieve)
         batches.append(batch)
         return batch
+
+    def next_to_start(self, transactional_id: str) -> AddBatch | None:
+        """The id's oldest batch if nothing is logged for it yet and no batch before it is
+        unanswered: the one to log once the previous transaction has ended."""
+        batches = self._batches.get(transactional_id)
+        if not batches:
+            return None
+        first = batches[0]
+        if first.started is not None or (first.before is not None and not first.before.done()):
+            return None
+        return first
 
     def end(
         self,

@@ -510,24 +510,43 @@ class TransactionCoordinator:
         producer_id, producer_epoch, client_version = batch.producer
         try:
             await settled(batch.before)
-            await self._wait_for_end(transactional_id)
-            batch.gathering = False
-            answer = await self._add_now(
-                transactional_id, producer_id, producer_epoch, batch.partitions, client_version
-            )
+            if batch.started is None:
+                await self._wait_for_end(transactional_id)
+            if batch.started is None:  # else started by the previous transaction's end
+                batch.gathering = False
+                batch.started = self._add_start(
+                    transactional_id, producer_id, producer_epoch, batch.partitions, client_version
+                )
+            started = batch.started
+            answer = started if isinstance(started, ErrorCode) else await started
         except BaseException as exc:
             self._adds.end(transactional_id, batch, None, exc)
             raise
         self._adds.end(transactional_id, batch, answer)
 
-    async def _add_now(
+    def _start_released_adds(self, transactional_id: str) -> None:
+        """The previous transaction's Complete record is in the leader's log: the add batch
+        waiting for it is logged now, right behind it, in the same step (no loop pass in
+        between), so the followers' next fetch takes both records and the add is one
+        replication round away, not two (issue 26)."""
+        batch = self._adds.next_to_start(transactional_id)
+        if batch is None:
+            return
+        batch.gathering = False
+        producer_id, producer_epoch, client_version = batch.producer
+        batch.started = self._add_start(
+            transactional_id, producer_id, producer_epoch, batch.partitions, client_version
+        )
+
+    def _add_start(
         self,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         wanted: set[TopicPartition],
         client_version: int,
-    ) -> ErrorCode:
+    ) -> ErrorCode | asyncio.Future[ErrorCode]:
+        """An add's answer, or the future of it once its record (appended now) is durable."""
         meta, error = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
@@ -542,14 +561,13 @@ class TransactionCoordinator:
             return ErrorCode.none
         now = self._clock.now_ms()
         starting = meta.state in COMPLETED_STATES
-        return await self._transition(
-            meta,
-            TxnState.ONGOING,
-            partitions=frozenset(wanted if starting else meta.partitions | wanted),
-            start_ms=now if starting else meta.start_ms,
-            update_ms=now,
-            client_version=client_version if starting else meta.client_version,
-        )
+        changes: dict[str, object] = {
+            "partitions": frozenset(wanted if starting else meta.partitions | wanted),
+            "start_ms": now if starting else meta.start_ms,
+            "update_ms": now,
+            "client_version": client_version if starting else meta.client_version,
+        }
+        return self._transition_all([(meta, TxnState.ONGOING, changes)], None)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
@@ -984,6 +1002,8 @@ class TransactionCoordinator:
         def release() -> None:
             if not ending.done():
                 ending.set_result(None)
+            for meta in metas:
+                self._start_released_adds(meta.transactional_id)
 
         # Read here, not at import: the tests shorten them.
         backoff = Backoff(RETRY_BACKOFF_S, factor=2, max_s=MAX_RETRY_BACKOFF_S)
@@ -1017,17 +1037,18 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         return await self._transition_all([(meta, state, changes)], then)
 
-    async def _transition_all(
+    def _transition_all(
         self,
         moves: list[tuple[TransactionMetadata, TxnState, dict[str, object]]],
         then: Callable[[], None] | None,
         *,
         early: bool = False,
-    ) -> ErrorCode:
+    ) -> asyncio.Future[ErrorCode]:
         """prepare -> log append -> complete (then `then`) for ids of one log partition,
         all in one append (one record batch: all logged or none), shielded from
         cancellation: the caller going away must never leave a pending state set with
-        its record logged.
+        its record logged. The append is made now, when called, not when a task first
+        runs (so a `then` can append behind it in the same step).
 
         `early` (the Complete states only, which nobody is answered on): complete as soon
         as the record is in the leader's log, before it is durable. The next record of
@@ -1055,25 +1076,25 @@ class TransactionCoordinator:
             completed = True
             return True
 
-        async def write() -> ErrorCode:
-            if not all(self._is_current(meta) for meta in metas):  # unloaded meanwhile
-                abandon()
-                return ErrorCode.not_coordinator
-            try:
-                await self._append_all(transits, appended=apply if early else None)
-            except Exception as exc:
-                if completed:
-                    names = ", ".join(m.transactional_id for m in metas)
-                    log.warning("%s: a Complete record was not replicated: %s", names, exc)
-                    return ErrorCode.none
-                abandon()
-                code = storage_error_code(exc)
+        def failed(exc: Exception) -> ErrorCode:
+            if completed:
                 names = ", ".join(m.transactional_id for m in metas)
-                if code is None:
-                    log.warning("transaction log append for %s failed: %s", names, exc)
-                    return ErrorCode.coordinator_not_available
-                self._log_failures.failed(names, exc)
-                return code
+                log.warning("%s: a Complete record was not replicated: %s", names, exc)
+                return ErrorCode.none
+            abandon()
+            code = storage_error_code(exc)
+            names = ", ".join(m.transactional_id for m in metas)
+            if code is None:
+                log.warning("transaction log append for %s failed: %s", names, exc)
+                return ErrorCode.coordinator_not_available
+            self._log_failures.failed(names, exc)
+            return code
+
+        async def write(durable: Awaitable[None]) -> ErrorCode:
+            try:
+                await durable
+            except Exception as exc:
+                return failed(exc)
             self._log_failures.succeeded()
             if not completed and not apply():
                 # Unloaded during the append (Kafka: the coordinator epoch changed): the
@@ -1082,22 +1103,36 @@ class TransactionCoordinator:
                 return ErrorCode.not_coordinator
             return ErrorCode.none
 
-        task = asyncio.ensure_future(write())
+        answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        if not all(self._is_current(meta) for meta in metas):  # unloaded meanwhile
+            abandon()
+            answer.set_result(ErrorCode.not_coordinator)
+            return answer
+        try:
+            durable = self._start_append(transits, appended=apply if early else None)
+        except Exception as exc:
+            answer.set_result(failed(exc))
+            return answer
+        task = asyncio.ensure_future(write(durable))
         self._tasks.add(task)  # kept alive (and awaited at close) even if we are cancelled
         task.add_done_callback(self._tasks.discard)
-        return await asyncio.shield(task)
+        return asyncio.shield(task)
 
     async def _append(self, transit: TxnTransit, tombstone: bool = False) -> None:
         await self._append_all([transit], tombstone)
 
-    async def _append_all(
+    async def _append_all(self, transits: list[TxnTransit], tombstone: bool = False) -> None:
+        await self._start_append(transits, tombstone)
+
+    def _start_append(
         self,
         transits: list[TxnTransit],
         tombstone: bool = False,
         appended: Callable[[], object] | None = None,
-    ) -> None:
-        """Append the transits' records as one batch; `appended` runs once they are in the
-        leader's log, before they are durable (which this awaits)."""
+    ) -> Awaitable[None]:
+        """Append the transits' records as one batch now (raising if that fails), and run
+        `appended` once they are in the leader's log; awaiting the result waits until they
+        are durable. A log whose append is a coroutine appends only when awaited."""
         records = [
             (encode_key(t.transactional_id), None if tombstone else encode_value(t), ())
             for t in transits
@@ -1108,20 +1143,31 @@ class TransactionCoordinator:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         in_flight = self._appending.setdefault(partition, set())
         in_flight.add(done)
-        try:
-            durable: Awaitable[object] | None = self._log.append(partition, batch)
-            if asyncio.iscoroutine(durable):  # appends only when run
-                await durable
-                durable = None
-            if appended is not None:
-                appended()
-            if durable is not None:
-                await durable
-        finally:
+
+        def end() -> None:
             in_flight.discard(done)
             if not in_flight and self._appending.get(partition) is in_flight:
                 del self._appending[partition]
             done.set_result(None)
+
+        try:
+            durable: Awaitable[object] = self._log.append(partition, batch)
+            lazy = asyncio.iscoroutine(durable)
+            if appended is not None and not lazy:
+                appended()
+        except BaseException:
+            end()
+            raise
+
+        async def finish() -> None:
+            try:
+                await durable
+                if appended is not None and lazy:
+                    appended()
+            finally:
+                end()
+
+        return finish()
 
     async def close(self) -> None:
         self._closed = True

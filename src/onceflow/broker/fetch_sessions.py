@@ -1,0 +1,212 @@
+"""Incremental fetch sessions (KIP-227) for followers' fetches.
+
+A follower asks for every partition it copies from this leader, about 35 on a 3-broker
+cluster with the internal topics' 100 partitions: a full fetch decodes, reads and encodes
+all of them on every round, and on two cores that Python work, not the disk, was most of a
+replicated append's time (benchmarks/README.md, issue 26). In a session the leader keeps
+each partition's last fetch state, so a follower's request names only the partitions whose
+fetch offset (what it holds durably) or log start changed, and the answer only those with
+records, an error, or a high watermark or log start the follower has not been told.
+
+Every partition of the session is still read on each request, and its cached fetch offset
+reported as the follower's progress (Kafka's updateFollowerFetchState): the offset a
+follower left out is the one it sent last, which it held durably then and still does.
+
+Sessions are created for followers only (replica_id set); a consumer that asks for one gets
+session id 0, which KIP-227 allows (the broker keeps no session, every fetch is full). A
+follower has one session per leader: a new one replaces its previous.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from onceflow.errors import ErrorCode, KafkaError
+
+#: KIP-227's session epochs: 0 opens a session, -1 closes it (and asks for a full fetch).
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+MAX_EPOCH = 2**31 - 1
+
+PartitionKey = tuple[str, int]
+#: A topic of a fetch: its name (None: an unknown topic id), its id (v13+), its partitions.
+Topic = tuple[str | None, Any, Sequence[Any]]
+
+
+class PartitionRead(Protocol):
+    """What the fetch handler read of a partition, as far as a session looks at it."""
+
+    @property
+    def error(self) -> ErrorCode: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def region(self) -> object | None: ...
+    @property
+    def diverging(self) -> object | None: ...
+    @property
+    def leader(self) -> object | None: ...
+
+
+Read = TypeVar("Read", bound=PartitionRead)
+#: What the follower was last told of a partition: high watermark, LSO, log start offset.
+Told = tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class SessionPartition:
+    topic_id: uuid.UUID | None
+    fetch: Any  # the request's FetchPartition entity last sent for it
+    told: Told | None = None
+
+
+@dataclass(slots=True)
+class FetchSession:
+    id: int
+    replica: int
+    version: int  # by topic id (v13+) or by name: a follower that switches starts anew
+    epoch: int = 1  # the epoch the next incremental request must carry
+    partitions: dict[PartitionKey, SessionPartition] = field(default_factory=dict)
+
+    def update(self, names: list[str | None], request: Any, *, full: bool) -> None:
+        """A request in this session: its partitions are added or replace the cached
+        ones, its forgotten partitions leave; after an incremental one the expected epoch
+        moves on (the first, full request opened the session at epoch 1)."""
+        for name, topic in zip(names, request.topics, strict=True):
+            if name is None:
+                continue  # an unknown topic id: answered as such, never cached
+            topic_id = getattr(topic, "topic_id", None)
+            for p in topic.partitions:
+                self.partitions[(name, p.partition)] = SessionPartition(topic_id, p)
+        for forgotten in request.forgotten_topics_data or ():
+            name = _forgotten_name(self, forgotten)
+            for index in forgotten.partitions:
+                self.partitions.pop((name, index), None)
+        if not full:
+            self.epoch = 1 if self.epoch >= MAX_EPOCH else self.epoch + 1
+
+    def grouped(self) -> list[Topic]:
+        """The session's partitions by topic, in the order they joined."""
+        topics: dict[str, tuple[uuid.UUID | None, list[Any]]] = {}
+        for (name, _), entry in self.partitions.items():
+            topics.setdefault(name, (entry.topic_id, []))[1].append(entry.fetch)
+        grouped: list[Topic] = [
+            (name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()
+        ]
+        return grouped
+
+    def answered(
+        self, topics: list[Topic], reads: list[list[Read]], full: bool
+    ) -> tuple[list[Topic], list[list[Read]]]:
+        """What the answer holds: every partition after a full request, else those with
+        records, an error, a diverging epoch or a moved leader, or a high watermark, LSO or
+        log start the follower was not told yet; topics left empty are left out."""
+        kept_topics: list[Topic] = []
+        kept_reads: list[list[Read]] = []
+        for (name, topic_id, parts), topic_reads in zip(topics, reads, strict=True):
+            kept_parts, kept = [], []
+            for p, read in zip(parts, topic_reads, strict=True):
+                news = (
+                    read.region is not None
+                    or read.error is not ErrorCode.none
+                    or read.diverging is not None
+                    or read.leader is not None
+                )
+                told = (read.high_watermark, read.last_stable_offset, read.log_start_offset)
+                answer = self.worth_answering((name or "", p.partition), told, news)
+                if full or answer:
+                    kept_parts.append(p)
+                    kept.append(read)
+            if kept:
+                kept_topics.append((name, topic_id, kept_parts))
+                kept_reads.append(kept)
+        return kept_topics, kept_reads
+
+    def worth_answering(self, key: PartitionKey, told: Told, news: bool) -> bool:
+        """Whether a partition goes into the answer (records, an error, a diverging
+        epoch or leader are `news`; else only a high watermark, LSO or log start the
+        follower has not been told), noting what it is told."""
+        entry = self.partitions.get(key)
+        if entry is None:
+            return True
+        if news or entry.told != told:
+            entry.told = told
+            return True
+        return False
+
+
+def _forgotten_name(session: FetchSession, forgotten: Any) -> str:
+    topic_id = getattr(forgotten, "topic_id", None)
+    if topic_id is None:
+        return str(forgotten.topic)
+    for (name, _), entry in session.partitions.items():
+        if entry.topic_id == topic_id:
+            return name
+    return ""
+
+
+class FetchSessions:
+    """This broker's followers' sessions, at most one per follower."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[int, FetchSession] = {}
+        self._of_replica: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def open(self, replica: int, version: int) -> FetchSession:
+        self.close(self._of_replica.get(replica, 0))
+        session_id = 0
+        while session_id == 0 or session_id in self._sessions:
+            session_id = random.randint(1, MAX_EPOCH)
+        session = FetchSession(session_id, replica, version)
+        self._sessions[session_id] = session
+        self._of_replica[replica] = session_id
+        return session
+
+    def close(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None and self._of_replica.get(session.replica) == session_id:
+            del self._of_replica[session.replica]
+
+    def resume(self, session_id: int, epoch: int, replica: int, version: int) -> FetchSession:
+        """The session an incremental request continues, or Kafka's error for it."""
+        session = self._sessions.get(session_id)
+        if session is None or session.replica != replica or session.version != version:
+            raise KafkaError(ErrorCode.fetch_session_id_not_found, f"no fetch session {session_id}")
+        if epoch != session.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_fetch_session_epoch,
+                f"fetch session {session_id} expects epoch {session.epoch}, not {epoch}",
+            )
+        return session
+
+
+def session_for(
+    sessions: FetchSessions, replica: int, version: int, request: Any
+) -> tuple[FetchSession | None, bool]:
+    """The session a fetch runs in and whether it is a full fetch (every partition asked
+    for is in the request). Raises KafkaError for an unknown session or a wrong epoch."""
+    if version < 7:
+        return None, True
+    session_id, epoch = request.session_id, request.session_epoch
+    if replica < 0:
+        if session_id != 0 and epoch > 0:  # continuing a session it was never given
+            raise KafkaError(ErrorCode.fetch_session_id_not_found, f"no fetch session {session_id}")
+        return None, True  # consumers get no session (id 0): every fetch is full
+    if epoch == FINAL_EPOCH:
+        sessions.close(session_id)
+        return None, True
+    if epoch == INITIAL_EPOCH:
+        sessions.close(session_id)
+        return sessions.open(replica, version), True
+    return sessions.resume(session_id, epoch, replica, version), False
