@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from onceflow.client.errors import ConfigError
 from onceflow.client.participant import BinaryColumn, TwoPhaseProducer, complete
-from onceflow.client.participant_columns import header_sections
+from onceflow.client.participant_columns import Chunk, header_sections
 from onceflow.client.participant_records import kafka_partition
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import consumer, create_topic
@@ -68,6 +68,7 @@ def test_columns_and_rows_read_back_with_kafkas_partitioning_and_sequences(
     headers = [[("i", b"%d" % i)] if i % 7 == 0 else [] for i in range(n)]
     settings = {"batch.size": 20_000, "compression.type": compression}
     expected: dict[int, list[Row]] = {p: [] for p in range(PARTITIONS)}
+    sticky, sent = 0, 0  # the keyless partition, and the bytes that went there so far
     with TwoPhaseProducer(broker.bootstrap, f"columns-{compression}", **settings) as producer:
         producer.init()
         producer.begin()
@@ -79,14 +80,21 @@ def test_columns_and_rows_read_back_with_kafkas_partitioning_and_sequences(
                 keys=BinaryColumn.of(keys[start:stop]),
                 headers=header_sections(headers[start:stop]),
             )
-            # keyless rows of one call share one partition: find it from the first
-            keyless = None
+            # keyless rows go to one partition until batch.size bytes went there (KIP-794)
+            keyless = sticky % PARTITIONS
+            sizes = Chunk.checked(
+                BinaryColumn.of(values[start:stop]),
+                BinaryColumn.of(keys[start:stop]),
+                header_sections(headers[start:stop]),
+                0,
+            ).record_sizes()
             for i in range(start, stop):
                 k = keys[i]
                 p = kafka_partition(k, PARTITIONS) if k is not None else keyless
-                if p is None:
-                    keyless = p = start // 700 % PARTITIONS
                 expected[p].append((p, k, values[i], headers[i] or None))
+                sent += int(sizes[i - start]) if p == keyless else 0
+            if sent >= settings["batch.size"]:
+                sticky, sent = keyless + 1, 0
             producer.produce(topic, b"row-%d" % start, key=b"r", headers=[("row", b"1")])
             p = kafka_partition(b"r", PARTITIONS)
             expected[p].append((p, b"r", b"row-%d" % start, [("row", b"1")]))
@@ -135,3 +143,23 @@ def test_an_aborted_prepared_transaction_of_columns_leaves_nothing(broker: Broke
         prepared = producer.prepare()
     assert complete(prepared, False, bootstrap_servers=broker.bootstrap)
     assert read_rows(broker.bootstrap, topic) == []
+
+
+@pytest.mark.broker_overrides(TWO_PC)
+def test_keyless_columns_stay_on_a_partition_until_a_batch_is_full(broker: BrokerProcess) -> None:
+    """As Kafka's partitioner since KIP-794: keyless records move to the next partition
+    once `batch.size` bytes went to the one they use, so the batches they make are full."""
+    topic = create_topic(broker.bootstrap, "columns-sticky", PARTITIONS)
+    calls = [BinaryColumn.of([b"%d" % c + b"." * 999] * 100) for c in range(7)]  # ~100 KB
+    with TwoPhaseProducer(broker.bootstrap, "columns-sticky", batch_size=250_000) as producer:
+        producer.init()
+        producer.begin()
+        for values in calls:
+            producer.produce_columns(topic, values)
+        producer.commit()
+    first_byte = {
+        p: sorted({v[:1] for _, _, v, _ in rows if v})
+        for p, rows in by_partition(read_rows(broker.bootstrap, topic)).items()
+    }
+    # Three calls (300 KB) pass 250 KB: calls 0-2 on one partition, 3-5 on the next, 6 after.
+    assert first_byte == {0: [b"0", b"1", b"2"], 1: [b"3", b"4", b"5"], 2: [b"6"]}

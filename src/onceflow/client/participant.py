@@ -163,6 +163,8 @@ class TwoPhaseProducer:
         self._fatal: KafkaApiError | None = None
         self._abortable: ClientError | None = None
         self._next_partition: dict[str, itertools.count[int]] = {}
+        # produce_columns' keyless partition per topic, and the bytes it took so far
+        self._sticky: dict[str, tuple[int, int]] = {}
         self._records = 0
 
     # ---- identity ----------------------------------------------------------------------
@@ -244,8 +246,9 @@ class TwoPhaseProducer:
         `produce` does per record, with numpy work per call instead. `partition` is one
         for all, or one per record (-1: none); `headers` holds each record's encoded
         headers section (`onceflow.records.columnar.header_sections`). Records without a
-        partition go by key (murmur2, as `produce`); keyless ones of one call all go to
-        one partition, the next in turn at each call (sticky, as Kafka's partitioner)."""
+        partition go by key (murmur2, as `produce`); keyless ones go to one partition until
+        `batch.size` bytes went there, then to the next (sticky, as Kafka's partitioner
+        since KIP-794), so batches fill before they are sealed."""
         if not self._in_transaction or self._prepared or self._fatal or self._abortable:
             self._refuse("produce")
         if not len(values):
@@ -256,10 +259,15 @@ class TwoPhaseProducer:
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
         chunk = Chunk.checked(values, keys, headers, ts)
         target = partition_target(partition, len(values), len(leaders), topic)
-        keyless = next(self._next_partition.setdefault(topic, itertools.count())) % len(leaders)
+        keyless, sent = self._sticky.get(topic, (0, 0))
+        keyless %= len(leaders)
         for number, part in by_partition(chunk, len(leaders), target, keyless):
+            if number == keyless:
+                sent += int(part.record_sizes().sum())
             for _full in self._accumulator.append_chunk((topic, number), part):
                 self._send(everything=False)
+        full = sent >= self.settings.batch_size
+        self._sticky[topic] = (keyless + 1, 0) if full else (keyless, sent)
         self._records += len(values)
         if self._accumulator.lingering():
             self._send(everything=False)
