@@ -92,6 +92,23 @@ class Scenario:
         return None
 
 
+def add_time_targets(to: argparse._MutuallyExclusiveGroup) -> None:
+    """--to-datetime and --by-duration, the reset targets a time gives (consumer and share
+    groups alike)."""
+    to.add_argument(
+        "--to-datetime",
+        type=parse_datetime,
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="the first offset at or after this time (UTC unless it ends in Z or +hh:mm)",
+    )
+    to.add_argument(
+        "--by-duration",
+        type=parse_duration_ms,
+        metavar="PnDTnHnMnS",
+        help="the first offset at or after this long ago",
+    )
+
+
 def parse_datetime(text: str) -> int:
     """argparse type for --to-datetime: Kafka's 'YYYY-MM-DDTHH:mm:SS.sss' with an optional
     zone (Z, +hh:mm, +hhmm, +hh); without one it is UTC, as in Kafka. Milliseconds since

@@ -30,9 +30,8 @@ from onceflow.cli.group_reset import (
     SCENARIOS,
     Scenario,
     Tp,
+    add_time_targets,
     export_csv,
-    parse_datetime,
-    parse_duration_ms,
     parse_topic_arg,
     plan_offsets,
 )
@@ -127,18 +126,7 @@ def register(commands: Any) -> None:
     to.add_argument(
         "--shift-by", type=int, metavar="N", help="the committed offset plus N (may be < 0)"
     )
-    to.add_argument(
-        "--to-datetime",
-        type=parse_datetime,
-        metavar="YYYY-MM-DDTHH:mm:SS.sss",
-        help="the first offset at or after this time (UTC unless it ends in Z or +hh:mm)",
-    )
-    to.add_argument(
-        "--by-duration",
-        type=parse_duration_ms,
-        metavar="PnDTnHnMnS",
-        help="the first offset at or after this long ago",
-    )
+    add_time_targets(to)
     to.add_argument(
         "--from-file", metavar="CSV", help="the offsets in this file (as --export writes)"
     )

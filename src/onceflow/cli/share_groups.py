@@ -17,7 +17,7 @@ from typing import Any
 
 from onceflow.cli.command_config import add_command_config_option
 from onceflow.cli.common import CliError, UsageError, add_bootstrap_option, positive_int
-from onceflow.cli.group_reset import parse_datetime, parse_duration_ms
+from onceflow.cli.group_reset import add_time_targets
 from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.client.cluster import Cluster
 from onceflow.client.errors import error_name
@@ -67,18 +67,7 @@ def register(commands: Any) -> None:
     to.add_argument("--to-earliest", action="store_true", help="the log start offset")
     to.add_argument("--to-latest", action="store_true", help="the log end offset")
     to.add_argument("--to-offset", type=int, metavar="OFFSET", help="this offset")
-    to.add_argument(
-        "--to-datetime",
-        type=parse_datetime,
-        metavar="YYYY-MM-DDTHH:mm:SS.sss",
-        help="the first offset at or after this time (UTC unless it ends in Z or +hh:mm)",
-    )
-    to.add_argument(
-        "--by-duration",
-        type=parse_duration_ms,
-        metavar="PnDTnHnMnS",
-        help="the first offset at or after this long ago",
-    )
+    add_time_targets(to)
     run_mode = parser.add_mutually_exclusive_group()
     run_mode.add_argument("--dry-run", action="store_true", help="only show (the default)")
     run_mode.add_argument("--execute", action="store_true", help="apply the new offsets")

@@ -89,35 +89,12 @@ def build_batch(
     )
 
 
-def frame_batch(
-    section: bytes | bytearray | memoryview,
-    *,
-    attributes: int,
-    count: int,
-    base_ts: int,
-    max_ts: int,
-    base_offset: int,
-    partition_leader_epoch: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-) -> bytes:
-    """A v2 batch of `count` records at consecutive offsets, around their encoded (and
-    perhaps compressed) records section: the header, then its CRC-32C."""
+def frame_batch(section: bytes | bytearray | memoryview, **framing: int) -> bytes:
+    """A v2 batch of `framing["count"]` records at consecutive offsets, around their encoded
+    (and perhaps compressed) records section: `frame_in_place` on a copy of it."""
     out = bytearray(HEADER_SIZE + len(section))
     out[HEADER_SIZE:] = section
-    frame_in_place(
-        out,
-        attributes=attributes,
-        count=count,
-        base_ts=base_ts,
-        max_ts=max_ts,
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-    )
+    frame_in_place(out, **framing)
     return bytes(out)
 
 
