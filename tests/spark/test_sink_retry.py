@@ -56,6 +56,10 @@ from onceflow.spark.writer import (
 BOOTSTRAP = cfg["bootstrap"]
 MARKERS = Path(cfg["markers"])
 ROWS_BEFORE_FAILURE = cfg["rows_before_failure"]
+# Record batches of at most 16 bytes, a row each: the writer seals and sends every row as it
+# comes (it looks at linger.ms only when given rows), so the rows before a failure are on
+# the broker, inside the open transaction.
+BATCH_SIZE = "16"
 
 
 def high_watermark(topic):
@@ -156,6 +160,7 @@ q = (
     .coalesce(1)
     .writeStream.format("onceflow_flaky")
     .option("kafka.bootstrap.servers", BOOTSTRAP)
+    .option("kafka.batch.size", BATCH_SIZE)
     .option("topic", cfg["stream_topic"])
     .option("test.fail", json.dumps({"1": "raise", "2": "crash"}))
     .option("checkpointLocation", cfg["checkpoint"])
@@ -174,6 +179,7 @@ rows = [(f"w{i}",) for i in range(cfg["batch_rows"])]
     .coalesce(1)
     .write.format("onceflow_flaky")
     .option("kafka.bootstrap.servers", BOOTSTRAP)
+    .option("kafka.batch.size", BATCH_SIZE)
     .option("topic", cfg["batch_topic"])
     .option("test.fail", json.dumps({"-1": "crash"}))
     .mode("append")

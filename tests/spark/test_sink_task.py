@@ -8,6 +8,7 @@ READ_COMMITTED gives), so what a test sees is what any downstream consumer would
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -113,6 +114,10 @@ def test_two_concurrent_attempts_older_is_fenced_and_never_visible(
     topic = create_topic(bootstrap, partitions=2)
     sink = f"sink-{uuid.uuid4().hex[:8]}"
     config = config_for(bootstrap, topic, sink_id=sink)
+    # Batches of 512 bytes: the older attempt's first rows are sent while it waits for more.
+    config = dataclasses.replace(
+        config, client_config={**config.client_config, "batch.size": "512"}
+    )
     older = SinkTask(sink, partition=3, batch_id=7, attempt=0)
     newer = SinkTask(sink, partition=3, batch_id=7, attempt=1)
 
@@ -136,7 +141,7 @@ def test_two_concurrent_attempts_older_is_fenced_and_never_visible(
     try:
         # The older attempt's first records have reached the broker inside its transaction.
         wait_for(
-            lambda: sum(end_offsets(bootstrap, topic, range(2), committed=False).values()) >= 100,
+            lambda: sum(end_offsets(bootstrap, topic, range(2), committed=False).values()) >= 50,
             what="the older attempt's records on the broker",
         )
         newer_rows = [values_batch([f"new-{i}".encode() for i in range(150)])]
@@ -156,7 +161,7 @@ def test_two_concurrent_attempts_older_is_fenced_and_never_visible(
     assert sorted(got) == sorted(f"new-{i}".encode() for i in range(150))
     # The older attempt's records were really written, then aborted.
     raw = uncommitted_values(bootstrap, topic, 2)
-    assert sum(v.startswith(b"old-") for v in raw) >= 100
+    assert sum(v.startswith(b"old-") for v in raw) >= 50
     assert ledger_entry(bootstrap, newer) == 8
 
 
@@ -219,7 +224,7 @@ def test_empty_task_talks_to_no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_producer(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("an empty task created a producer")
 
-    monkeypatch.setattr(sink_tasks, "Producer", no_producer)
+    monkeypatch.setattr(sink_tasks, "TwoPhaseProducer", no_producer)
     config = config_for("127.0.0.1:1", "t")
     empty = pa.RecordBatch.from_pydict({"value": pa.array([], pa.binary())})
     msg = write_task(config, SinkTask("s", 0, 0), [empty, empty])

@@ -12,8 +12,9 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from onceflow.client import retry
-from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable
+from onceflow.client.errors import ConfigError, KafkaApiError, Unreachable, UnsupportedVersion
 from onceflow.client.participant import TransactionStateError, TwoPhaseProducer
+from onceflow.client.participant_link import init_producer_id
 from onceflow.client.participant_records import Accumulator, kafka_partition, murmur2
 from onceflow.client.participant_sender import Sender, SendThread
 from onceflow.client.participant_state import PreparedTransaction, ProducerSettings
@@ -264,3 +265,47 @@ def test_the_producer_refuses_calls_its_state_does_not_allow() -> None:
     with pytest.raises(ConfigError, match="unknown producer setting"):
         TwoPhaseProducer("localhost:1", "txn", **{"enable.idempotence": False})
     producer.close()
+
+
+class CoordinatorOffering:
+    """A transaction coordinator that offers InitProducerId `versions` and answers it."""
+
+    address = "fake:9092"
+
+    def __init__(self, versions: tuple[int, int]) -> None:
+        self.versions = {int(ApiKey.INIT_PRODUCER_ID): versions}
+        self.sent: list[tuple[int, Any]] = []
+
+    def call_at(self, api_key: int, version: int, request: Any, blobs: Any = ()) -> Any:
+        self.sent.append((version, request))
+        return types.SimpleNamespace(error_code=0, producer_id=7, producer_epoch=0)
+
+
+class CoordinatorLink:
+    backoff_s = 0.01
+
+    def __init__(self, connection: CoordinatorOffering) -> None:
+        self.connection = connection
+
+    def coordinator(self, _transactional_id: str) -> CoordinatorOffering:
+        return self.connection
+
+    def coordinator_moved(self) -> None:
+        raise AssertionError("the coordinator never moves here")
+
+
+def test_an_ordinary_producer_inits_at_a_broker_without_two_phase_commit() -> None:
+    """Apache Kafka before KIP-939 offers InitProducerId up to v5: an ordinary producer
+    inits there at v5, without the two-phase fields; a two-phase one refuses to start."""
+    old = CoordinatorOffering((0, 5))
+    ordinary = ProducerSettings.of({"two_phase": False, "transaction.timeout.ms": 9000})
+    identity = init_producer_id(CoordinatorLink(old), "t", ordinary, keep=False)  # type: ignore[arg-type]
+    assert (identity.producer_id, identity.epoch, identity.ongoing_producer_id) == (7, 0, -1)
+    ((version, request),) = old.sent
+    assert version == 5 and not hasattr(request, "enable2_pc")
+    assert request.transaction_timeout.total_seconds() == 9
+    with pytest.raises(UnsupportedVersion, match="InitProducerId v0-5"):
+        init_producer_id(CoordinatorLink(old), "t", ProducerSettings.of({}), keep=False)  # type: ignore[arg-type]
+    new = CoordinatorOffering((0, 6))
+    init_producer_id(CoordinatorLink(new), "t", ordinary, keep=False)  # type: ignore[arg-type]
+    assert new.sent[0][0] == 6 and new.sent[0][1].enable2_pc is False

@@ -1,6 +1,7 @@
 """One partition's committed offset in a group without members, read (OffsetFetch with
 `require_stable`) and written (OffsetCommit outside any generation, as an admin commits to
-an empty group). The Spark sink keeps its per-batch decisions this way.
+an empty group, or TxnOffsetCommit inside a transaction). The Spark sink keeps its ledger
+and its per-batch decisions this way.
 
 Requests go to the group's coordinator and are sent again while the answer is retriable: the
 coordinator loading or moved, a connection lost, or (reading) an offset still pending in an
@@ -9,7 +10,7 @@ open transaction. Other errors are raised with Kafka's names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ __all__ = ["CommittedOffset", "GroupOffsets"]
 OFFSET_FETCH_VERSIONS = (8, 9)
 # v2 to v9 share the shape used here (v2-v4's retention time defaults to the broker's).
 OFFSET_COMMIT_VERSIONS = (2, 9)
+# v0-v3 are a transaction version 0 client's (librdkafka's too); v3 adds the generation.
+TXN_OFFSET_COMMIT_VERSIONS = (0, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,64 @@ class GroupOffsets:
             return max((int(p.error_code) for t in answer.topics for p in t.partitions), default=0)
 
         self._call("OffsetCommit", request, error_of)
+
+    def commit_in_transaction(
+        self,
+        transactional_id: str,
+        identity: tuple[int, int],
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+    ) -> None:
+        """TxnOffsetCommit of `offsets` ((topic, partition) -> (offset, metadata)) in the
+        open transaction of `transactional_id` at producer (id, epoch) `identity`, outside
+        any generation (as a consumer that never joined): pending until the transaction's
+        end, which the group's AddOffsetsToTxn tied it to."""
+        producer_id, epoch = identity
+        by_topic: dict[str, list[tuple[int, int, str]]] = {}
+        for (topic, partition), (offset, metadata) in offsets.items():
+            by_topic.setdefault(topic, []).append((partition, offset, metadata))
+
+        def request(connection: Connection) -> tuple[int, int, Any]:
+            v = version(connection, ApiKey.TXN_OFFSET_COMMIT, *TXN_OFFSET_COMMIT_VERSIONS)
+            topics = tuple(
+                request_entity(
+                    ApiKey.TXN_OFFSET_COMMIT,
+                    v,
+                    "TxnOffsetCommitRequestTopic",
+                    name=topic,
+                    partitions=tuple(
+                        request_entity(
+                            ApiKey.TXN_OFFSET_COMMIT,
+                            v,
+                            "TxnOffsetCommitRequestPartition",
+                            partition_index=partition,
+                            committed_offset=offset,
+                            committed_leader_epoch=-1,
+                            committed_metadata=metadata,
+                        )
+                        for partition, offset, metadata in entries
+                    ),
+                )
+                for topic, entries in by_topic.items()
+            )
+            body = build(
+                request_type(ApiKey.TXN_OFFSET_COMMIT, v),
+                transactional_id=transactional_id,
+                group_id=self.group,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=topics,
+            )
+            return ApiKey.TXN_OFFSET_COMMIT, v, body
+
+        def error_of(answer: Any) -> int:
+            codes = {int(p.error_code) for t in answer.topics for p in t.partitions}
+            codes.discard(ErrorCode.none)
+            return min(codes, key=lambda c: ErrorCode(c).retriable) if codes else ErrorCode.none
+
+        self._call("TxnOffsetCommit", request, error_of)
 
     def _call(
         self,

@@ -18,6 +18,11 @@ acknowledged, and the epoch the records carry is the one `complete` must find (v
 bumps it at every end, and its implicit add would tie the add to a Produce retry). Writes
 are idempotent v2 record batches, sealed per partition at `batch.size` or `linger.ms` (looked
 at while producing) and sent by a thread of the producer's own; `flush` waits for them all.
+
+With `two_phase=False` it is an ordinary transactional producer (`commit`, `abort`,
+`send_offsets`) that takes the broker's InitProducerId version from v0, so it also works
+with brokers without KIP-939; the Spark sink's per-task atomicity writes through it, because
+`produce_columns` takes Arrow buffers whole where librdkafka takes one record per call.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from onceflow.client.errors import ClientError, ConfigError, KafkaApiError
+from onceflow.client.group_offsets import GroupOffsets
 from onceflow.client.participant_columns import (
     BinaryColumn,
     Chunk,
@@ -40,6 +46,7 @@ from onceflow.client.participant_columns import (
 from onceflow.client.participant_link import (
     Identity,
     Link,
+    add_offsets,
     add_partitions,
     end_txn,
     init_producer_id,
@@ -160,6 +167,7 @@ class TwoPhaseProducer:
         self._in_transaction = False
         self._prepared = False
         self._added: set[TopicPartition] = set()
+        self._offset_groups: set[str] = set()  # groups whose offsets joined the transaction
         self._fatal: KafkaApiError | None = None
         self._abortable: ClientError | None = None
         self._next_partition: dict[str, itertools.count[int]] = {}
@@ -178,8 +186,9 @@ class TwoPhaseProducer:
         return self._require_identity().epoch
 
     def init(self) -> None:
-        """InitProducerId v6 with enable2Pc: a producer id and a new epoch, which fences
-        every earlier instance of the id and aborts a transaction they left open."""
+        """InitProducerId (v6 with enable2Pc when two-phase): a producer id and a new epoch,
+        which fences every earlier instance of the id and aborts a transaction they left
+        open."""
         self._thread.wait_idle(raise_error=False)
         self._identity = self._call(
             lambda: init_producer_id(self._link, self.transactional_id, self.settings, keep=False)
@@ -187,6 +196,7 @@ class TwoPhaseProducer:
         self._accumulator.reset()
         self._thread.clear()
         self._added.clear()
+        self._offset_groups.clear()
         self._in_transaction = self._prepared = False
         self._abortable = None
 
@@ -271,6 +281,35 @@ class TwoPhaseProducer:
         self._records += len(values)
         if self._accumulator.lingering():
             self._send(everything=False)
+
+    def send_offsets(self, group: str, offsets: Mapping[tuple[str, int], tuple[int, str]]) -> None:
+        """Commit `offsets` ((topic, partition) -> (offset, metadata)) for `group` in the
+        open transaction (Kafka's sendOffsetsToTransaction, for a group this producer's
+        process never joined): visible to the group when the transaction commits, gone
+        when it aborts."""
+        if not self._in_transaction or self._prepared or self._fatal or self._abortable:
+            self._refuse("send offsets")
+        identity = self._require_identity()
+        pid_epoch = (identity.producer_id, identity.epoch)
+        timeout_s = self.settings.delivery_timeout_ms / 1000
+        # The connections are the sending thread's while it sends (as in `_leaders`).
+        self._call(self._thread.wait_idle)
+        if group not in self._offset_groups:
+            self._call(
+                lambda: add_offsets(self._link, self.transactional_id, pid_epoch, group, timeout_s)
+            )
+            self._offset_groups.add(group)
+        offsets_of = GroupOffsets(self._link, group, timeout_s)
+        self._call(
+            lambda: offsets_of.commit_in_transaction(self.transactional_id, pid_epoch, offsets)
+        )
+
+    def group_offsets(self, group: str) -> GroupOffsets:
+        """The committed offsets of `group`, read through this producer's connections;
+        outside a transaction only, since its sending thread uses them during one."""
+        if self._in_transaction:
+            self._refuse("read a group's offsets")
+        return GroupOffsets(self._link, group, self.settings.delivery_timeout_ms / 1000)
 
     def flush(self) -> None:
         """Send every queued record and wait for all of them to be acknowledged."""
@@ -364,7 +403,7 @@ class TwoPhaseProducer:
 
     def _end(self, *, commit: bool) -> None:
         identity = self._require_identity()
-        if self._added or commit:
+        if self._added or self._offset_groups or commit:
             self._call(
                 lambda: end_txn(
                     self._link,
@@ -375,6 +414,7 @@ class TwoPhaseProducer:
                 )
             )
         self._added.clear()
+        self._offset_groups.clear()
         self._in_transaction = self._prepared = False
         self._abortable = None
 

@@ -2,8 +2,8 @@
 
 `Link` keeps one `Cluster` and opens it again after a lost connection (a cut socket is
 never reused); it remembers the coordinator and the partition leaders until an answer says
-they moved. The coordinator requests (InitProducerId v6, AddPartitionsToTxn, EndTxn) are
-sent again through the client's retry helper while the answer is retriable or the
+they moved. The coordinator requests (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn)
+are sent again through the client's retry helper while the answer is retriable or the
 connection was lost; other errors are raised with Kafka's names.
 """
 
@@ -29,6 +29,7 @@ from onceflow.protocol.onceflow_apis import OWN_API_KEYS
 __all__ = [
     "Identity",
     "Link",
+    "add_offsets",
     "add_partitions",
     "complete_transactions",
     "coordinator_request",
@@ -213,12 +214,15 @@ def coordinator_request(
 def init_producer_id(
     link: Link, transactional_id: str, settings: ProducerSettings, *, keep: bool
 ) -> Identity:
-    """InitProducerId v6 with enable2Pc (if two-phase) and keepPreparedTxn as asked."""
+    """InitProducerId v6 with enable2Pc (if two-phase) and keepPreparedTxn as asked. An
+    ordinary transactional producer takes the broker's highest version from v0, so it also
+    works with brokers that predate KIP-939 (Apache Kafka before 4.1)."""
+    lowest = 6 if settings.two_phase or keep else 0
 
     def request(connection: Connection) -> tuple[int, int, Any]:
-        version(connection, ApiKey.INIT_PRODUCER_ID, 6, 6)
+        v = version(connection, ApiKey.INIT_PRODUCER_ID, lowest, 6)
         body = build(
-            request_type(ApiKey.INIT_PRODUCER_ID, 6),
+            request_type(ApiKey.INIT_PRODUCER_ID, v),
             transactional_id=transactional_id,
             transaction_timeout=datetime.timedelta(milliseconds=settings.transaction_timeout_ms),
             producer_id=-1,
@@ -226,7 +230,7 @@ def init_producer_id(
             enable2_pc=settings.two_phase,
             keep_prepared_txn=keep,
         )
-        return ApiKey.INIT_PRODUCER_ID, 6, body
+        return ApiKey.INIT_PRODUCER_ID, v, body
 
     timeout_s = settings.delivery_timeout_ms / 1000
     answer = _coordinator_call(
@@ -235,9 +239,31 @@ def init_producer_id(
     return Identity(
         int(answer.producer_id),
         int(answer.producer_epoch),
-        int(answer.ongoing_txn_producer_id),
-        int(answer.ongoing_txn_producer_epoch),
+        int(getattr(answer, "ongoing_txn_producer_id", -1)),  # v6 and later
+        int(getattr(answer, "ongoing_txn_producer_epoch", -1)),
     )
+
+
+def add_offsets(
+    link: Link, transactional_id: str, identity: tuple[int, int], group: str, timeout_s: float
+) -> None:
+    """AddOffsetsToTxn (v0-v3): the group's offsets partition joins the transaction, so the
+    group's TxnOffsetCommit is decided by its end."""
+    producer_id, epoch = identity
+
+    def request(connection: Connection) -> tuple[int, int, Any]:
+        v = version(connection, ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
+        body = build(
+            request_type(ApiKey.ADD_OFFSETS_TO_TXN, v),
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            group_id=group,
+        )
+        return ApiKey.ADD_OFFSETS_TO_TXN, v, body
+
+    what = f"AddOffsetsToTxn (group {group})"
+    _coordinator_call(link, transactional_id, what, request, lambda a: a.error_code, timeout_s)
 
 
 def add_partitions(

@@ -61,7 +61,7 @@ from onceflow.client.participant_link import Link, init_producer_id
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
 from onceflow.security.client_config import ClientSecurity
-from onceflow.spark.ledger import LEDGER_PARTITION, Ledger, ledger_group, topic_known
+from onceflow.spark.ledger import LEDGER_PARTITION, ensure_ledger_topic, ledger_group
 from onceflow.spark.options import OptionError
 
 __all__ = [
@@ -96,10 +96,28 @@ _DENIED = {
 PROBE_TIMEOUT_MS = 15_000
 
 
+# The sink's `kafka.*` producer settings the participant client takes too, by Kafka's or
+# librdkafka's name: the participant's setting, and its type.
+_PRODUCER_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "client.id": ("client.id", str),
+    "transaction.timeout.ms": ("transaction.timeout.ms", int),
+    "linger.ms": ("linger.ms", float),
+    "queue.buffering.max.ms": ("linger.ms", float),
+    "batch.size": ("batch.size", int),
+    "compression.type": ("compression.type", str),
+    "compression.codec": ("compression.type", str),
+    "request.timeout.ms": ("request.timeout.ms", int),
+    "delivery.timeout.ms": ("delivery.timeout.ms", int),
+    "message.timeout.ms": ("delivery.timeout.ms", int),
+    "retry.backoff.ms": ("retry.backoff.ms", int),
+}
+
+
 def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[str, object]]:
     """Bootstrap servers and settings for the participant client: the sink's own security
     settings (`kafka.security.protocol`, `kafka.ssl.*`, `kafka.sasl.*`, by librdkafka's or
-    Java's names) become its TLS and SASL."""
+    Java's names) become its TLS and SASL, and the producer settings it shares with
+    librdkafka (`_PRODUCER_SETTINGS`) are passed on."""
     try:
         security = ClientSecurity.from_properties(client_config)
     except ValueError as exc:
@@ -107,6 +125,14 @@ def participant_settings(client_config: Mapping[str, str]) -> tuple[str, dict[st
     settings: dict[str, object] = {"client.id": "onceflow-sink"}
     if security.uses_tls or security.uses_sasl:
         settings["security"] = security
+    for name, (setting, kind) in _PRODUCER_SETTINGS.items():
+        if name in client_config:
+            try:
+                settings[setting] = kind(client_config[name])
+            except ValueError:
+                raise OptionError(
+                    f"option 'kafka.{name}': {client_config[name]!r} is not a valid value"
+                ) from None
     return client_config["bootstrap.servers"], settings
 
 
@@ -261,18 +287,9 @@ class DecisionLog:
     def record(self, decision: Decision) -> None:
         """Record `decision`; it must fit in an offset's metadata, at most the broker's
         `offset.metadata.max.bytes` (4096 by default: about 250 tasks)."""
-        if not topic_known(self._client_config, self.topic):
-            ledger = Ledger(
-                self._client_config,
-                self.topic,
-                DECISIONS_PREFIX + self.sink_id,
-                self._timeout_s,
-                log,
-            )
-            try:
-                ledger.ensure_topic()
-            finally:
-                ledger.close()
+        ensure_ledger_topic(
+            self._client_config, self.topic, DECISIONS_PREFIX + self.sink_id, self._timeout_s, log
+        )
         text = decision.encode(self.sink_id)
         offset = decision.batch_id + 1
         try:

@@ -4,20 +4,23 @@ One entry per (sink, task partition), that is per transactional id `<sink>-<part
 the committed offset of consumer group `onceflow-sink-<sink>-<partition>` on partition 0 of
 the ledger topic, which holds `last batch id + 1`, with the writer's owner (the streaming
 query id, or empty) as the offset's metadata. The task writes the entry with
-`send_offsets_to_transaction` inside the same Kafka transaction as its records, so the entry
+`send_offsets` (Kafka's sendOffsetsToTransaction) inside the same Kafka transaction as its
+records, so the entry
 and the records become visible together or not at all (TxnOffsetCommit semantics: pending
 transactional offsets materialise only when the COMMIT marker reaches `__consumer_offsets`).
 
-The ledger is read with OffsetFetch `require_stable` (librdkafka sets it for a consumer with
+The ledger is read with OffsetFetch `require_stable` (as librdkafka does for a consumer with
 `isolation.level=read_committed`): an entry whose transaction is still being decided is
-waited out, never read half-way. The task reads it only after `init_transactions()`, which
+waited out, never read half-way. The task reads it only after its producer's init, which
 has fenced every older attempt of the task and completed (committed or aborted) its open
 transaction, so what it reads cannot change behind its back.
 
 The ledger topic never receives a record; it exists because Kafka accepts committed offsets
 only for a partition that exists. A group per task (rather than one per sink) keeps it at a
 single partition, so the sink never has to grow it (which would need CreatePartitions).
-Everything goes through confluent-kafka, so the ledger works on Apache Kafka unchanged.
+The task writes and reads the entry through the participant client (`send_offsets`,
+`GroupOffsets`); `Ledger` creates the topic and reads entries through confluent-kafka. Both
+speak only Kafka's protocol, so the ledger works on Apache Kafka unchanged.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ __all__ = [
     "LEDGER_PARTITION",
     "Ledger",
     "LedgerEntry",
+    "ensure_ledger_topic",
+    "forget_ledger_topic",
     "ledger_group",
     "topic_known",
 ]
@@ -84,6 +89,30 @@ def topic_known(client_config: Mapping[str, str], topic: str) -> bool:
     at once) for these client settings."""
     with _known_lock:
         return _topic_key(client_config, topic) in _known_topics
+
+
+def ensure_ledger_topic(
+    client_config: Mapping[str, str],
+    topic: str,
+    transactional_id: str,
+    timeout_s: float,
+    logger: logging.Logger,
+) -> None:
+    """Create the ledger topic unless this process has seen it exist (see Ledger), with a
+    consumer of the entry of `transactional_id`: a group the sink may use."""
+    if topic_known(client_config, topic):
+        return
+    ledger = Ledger(client_config, topic, transactional_id, timeout_s, logger)
+    try:
+        ledger.ensure_topic()
+    finally:
+        ledger.close()
+
+
+def forget_ledger_topic(client_config: Mapping[str, str], topic: str) -> None:
+    """Look the topic up again next time (after a failure, in case it was deleted)."""
+    with _known_lock:
+        _known_topics.discard(_topic_key(client_config, topic))
 
 
 def _topic_key(config: Mapping[str, str], topic: str) -> tuple[str, str, str]:
@@ -166,11 +195,6 @@ class Ledger:
                     raise
             time.sleep(0.05)  # let metadata catch up with the creation before looking again
 
-    def forget_topic(self) -> None:
-        """Look the topic up again next time (after a failure, in case it was deleted)."""
-        with _known_lock:
-            _known_topics.discard(self._topic_key())
-
     def _topic_key(self) -> tuple[str, str, str]:
         return _topic_key(self._client_config, self.topic)
 
@@ -204,21 +228,6 @@ class Ledger:
         if got.offset < 0:
             return None
         return LedgerEntry(got.offset, got.metadata or "")
-
-    def entry(self, batch_id: int, owner: str) -> list[TopicPartition]:
-        """The offsets to send with the transaction that writes `batch_id`."""
-        return [TopicPartition(self.topic, LEDGER_PARTITION, batch_id + 1, owner)]
-
-    def record(self, batch_id: int, metadata: str) -> None:
-        """Commit `batch_id + 1` with `metadata` outside any transaction (the decision log
-        of per-batch atomicity): acknowledged once replicated, the same value idempotent."""
-        self._consumer.commit(offsets=self.entry(batch_id, metadata), asynchronous=False)
-
-    def group_metadata(self) -> Any:
-        """For `send_offsets_to_transaction`. The consumer never joins its group, so the
-        metadata carries generation -1: a plain offsets-only commit, which Kafka accepts for
-        a group without members."""
-        return self._consumer.consumer_group_metadata()
 
     def close(self) -> None:
         self._consumer.close()

@@ -24,7 +24,6 @@ from pyspark.sql.types import (
 from onceflow.spark.batch_commit import Atomicity
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC
 from onceflow.spark.options import (
-    CLIENT_DEFAULTS,
     SOURCE_OPTIONS,
     ClientConfig,
     OptionError,
@@ -82,20 +81,6 @@ _SINK_OWNED_WHY = {
     "with the 'sinkId' option",
     "group.id": "the sink keeps its ledger in groups of its own",
     "group.instance.id": "the sink keeps its ledger in groups of its own",
-}
-
-# Producer defaults a user may override with kafka.*: every transaction is flushed at its
-# commit anyway, so a longer linger costs no latency and makes fuller batches;
-# murmur2_random hashes keys as the Java client does, so keyed rows land where a Java
-# producer (and Spark's own Kafka sink) would put them. metadata.recovery.strategy=none
-# keeps librdkafka 2.x from "re-bootstrapping" away from a single broker that restarted,
-# which can hang send_offsets_to_transaction (librdkafka issue 5511).
-PRODUCER_DEFAULTS = {
-    **CLIENT_DEFAULTS,
-    "linger.ms": "20",
-    "batch.num.messages": "10000",
-    "partitioner": "murmur2_random",
-    "metadata.recovery.strategy": "none",
 }
 
 COLUMNS = ("key", "value", "topic", "partition", "headers")

@@ -1,35 +1,35 @@
 """What a write task of the `onceflow` sink does: per task, one transaction (`write_task`);
 per batch, a prepared two-phase transaction (`prepare_task`; see
-`onceflow.spark.batch_commit`).
+`onceflow.spark.batch_commit`). Both write through Onceflow's participant client
+(`onceflow.client.participant`), which takes each Arrow batch's buffers whole
+(`_produce_columns`: no Python work per row but for headers); per task it is an ordinary
+transactional producer (transaction version 0, any InitProducerId version), so that mode
+needs nothing of a broker that Apache Kafka lacks.
 
 Each write task (one partition of one micro-batch) owns the transactional id
 `<sink id>-<task partition>`, which is the same for every attempt of that task in every
-batch, before and after a restart. The task:
+batch, before and after a restart. Per task, the task:
 
-1. calls `init_transactions()`, which fences every older attempt of the task (a retried,
-   speculative or pre-crash one) and completes its open transaction, commit or abort;
+1. inits the producer (InitProducerId), which fences every older attempt of the task (a
+   retried, speculative or pre-crash one) and completes its open transaction;
 2. reads its ledger entry (see `onceflow.spark.ledger`): the first batch id it has not
    written. If this batch is already written, the task writes nothing and succeeds. This is
    what makes a batch that Spark replays (the driver died between the sink's commit and
    Spark's commit log) write nothing twice;
 3. otherwise begins a transaction, produces its rows, adds the ledger entry for this batch to
-   the same transaction (`send_offsets_to_transaction`) and commits.
+   the same transaction (AddOffsetsToTxn and TxnOffsetCommit, Kafka's
+   sendOffsetsToTransaction) and commits.
 
 Why this is exactly-once per (batch, task): a commit by attempt A succeeds only if no other
-attempt of the task called `init_transactions()` between A's own init and A's commit. Every
-attempt that inits after A's commit reads A's ledger entry and writes nothing; every attempt
-that inits earlier is fenced by A's init, and a fenced transaction is aborted, never visible.
-So at most one attempt's output per (batch, task) becomes visible, and Spark's requirement
-that the task succeed at least once makes it exactly one.
+attempt of the task inited between A's own init and A's commit. Every attempt that inits
+after A's commit reads A's ledger entry and writes nothing; every attempt that inits earlier
+is fenced by A's init, and a fenced transaction is aborted, never visible. So at most one
+attempt's output per (batch, task) becomes visible, and Spark's requirement that the task
+succeed at least once makes it exactly one.
 
 A task with no rows talks to no broker: it has nothing to duplicate, and no attempt of an
 earlier batch can still commit (each batch's winning attempt fenced the older ones, and the
 younger ones saw its ledger entry). This keeps the many empty partitions of a shuffle cheap.
-
-Rows reach the sink as Arrow record batches. Per batch, the participant client takes the
-Arrow buffers of each batch as they are (`_produce_columns`: no Python work per row but for
-headers); per task, columns are read with one `to_pylist()` each and produced row by row
-into confluent-kafka.
 """
 
 from __future__ import annotations
@@ -37,27 +37,33 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable, Iterator
-from itertools import chain, repeat
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException
 
-from onceflow.client.errors import ClientError
+from onceflow.client.errors import ClientError, KafkaApiError
+from onceflow.client.group_offsets import CommittedOffset
 from onceflow.client.participant import (
     BinaryColumn,
     TwoPhaseProducer,
 )
 from onceflow.client.participant_columns import header_sections
-from onceflow.spark.access import KafkaAccessError, await_broker
+from onceflow.errors import ErrorCode
+from onceflow.spark.access import KafkaAccessError
 from onceflow.spark.batch_commit import (
     complete_all,
     participant_settings,
     read_decision,
     task_transactional_id,
 )
-from onceflow.spark.ledger import Ledger
+from onceflow.spark.ledger import (
+    LEDGER_PARTITION,
+    ensure_ledger_topic,
+    forget_ledger_topic,
+    ledger_group,
+)
 from onceflow.spark.sink_config import (
-    PRODUCER_DEFAULTS,
     Outcome,
     SinkCommitMessage,
     SinkConfig,
@@ -73,6 +79,9 @@ if TYPE_CHECKING:
 __all__ = ["prepare_task", "write_task"]
 
 log = logging.getLogger(__name__)
+
+# A newer attempt of the task took its transactional id over.
+FENCED = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
 
 
 def write_task(
@@ -91,73 +100,72 @@ def write_task(
         return prepare_task(config, task, chain([first], rows))
 
     txn_id = task.transactional_id
-    errors: list[KafkaError] = []
-    producer = Producer(_producer_config(config, txn_id, errors))
-    ledger: Ledger | None = None
-    in_txn = False
+    group = ledger_group(txn_id)
     try:
-        ledger = Ledger(config.client_config, config.ledger_topic, txn_id, config.timeout_s, log)
-        ledger.ensure_topic()
-        await_broker(producer, None, config.timeout_s, config.ledger_topic)
-        producer.init_transactions(config.timeout_s)
-        done = ledger.read()
-        if done is not None and done.next_batch > task.batch_id:
-            if task.owner and done.owner and done.owner != task.owner:
-                raise SinkIdConflictError(
-                    f"{task}: the ledger shows batch {done.next_batch - 1} of this task "
-                    f"written by streaming query {done.owner}, not by this query "
-                    f"({task.owner}). A new checkpoint with a reused sinkId, or two queries "
-                    f"sharing one, would lose rows here; give this query its own 'sinkId'"
-                )
-            for _ in rows:  # Spark expects the input consumed
-                pass
-            log.info(
-                "%s: already in the ledger (next batch %d); writing nothing", task, done.next_batch
-            )
-            return _message(task, "skipped")
-
-        producer.begin_transaction()
-        in_txn = True
-        records, topics = _produce_all(producer, config, chain([first], rows))
-        remaining = producer.flush(config.timeout_s)
-        if errors:
-            raise KafkaException(errors[0])
-        if remaining:
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"{remaining} records undelivered after {config.timeout_s} s",
-                )
-            )
-        producer.send_offsets_to_transaction(
-            ledger.entry(task.batch_id, task.owner), ledger.group_metadata(), config.timeout_s
+        ensure_ledger_topic(
+            config.client_config, config.ledger_topic, txn_id, config.timeout_s, log
         )
-        producer.commit_transaction(config.timeout_s)
-        in_txn = False
+        bootstrap, settings = participant_settings(config.client_config)
+        with TwoPhaseProducer(bootstrap, txn_id, two_phase=False, **settings) as producer:
+            producer.init()  # fences older attempts of the task and aborts what they left
+            done = _ledger_entry(producer, config, group)
+            if done is not None and done.offset > task.batch_id:
+                if task.owner and done.metadata and done.metadata != task.owner:
+                    raise SinkIdConflictError(
+                        f"{task}: the ledger shows batch {done.offset - 1} of this task "
+                        f"written by streaming query {done.metadata}, not by this query "
+                        f"({task.owner}). A new checkpoint with a reused sinkId, or two "
+                        f"queries sharing one, would lose rows here; give this query its own "
+                        f"'sinkId'"
+                    )
+                for _ in rows:  # Spark expects the input consumed
+                    pass
+                log.info(
+                    "%s: already in the ledger (next batch %d); writing nothing", task, done.offset
+                )
+                return _message(task, "skipped")
+            records, topics = _commit_rows(producer, config, task, chain([first], rows))
         log.info("%s: committed %d records and its ledger entry", task, records)
         return _message(task, "written", records, sorted(topics))
-    except (KafkaException, KafkaAccessError, SystemError) as exc:
-        kafka_exc = _kafka_exception(exc)
-        if ledger is not None:
-            ledger.forget_topic()
-        if in_txn:
-            _abort_quietly(producer, task, config.timeout_s)
-        if isinstance(exc, KafkaAccessError):
-            raise SinkWriteError(
-                f"{task} (transactional id '{task.transactional_id}'): {exc}"
-            ) from exc
-        if kafka_exc is None:
-            raise
-        raise SinkWriteError(_describe(kafka_exc, task)) from kafka_exc
+    except (ClientError, KafkaAccessError, KafkaException) as exc:
+        forget_ledger_topic(config.client_config, config.ledger_topic)
+        raise SinkWriteError(_describe(exc, task)) from exc
+
+
+def _commit_rows(
+    producer: TwoPhaseProducer, config: SinkConfig, task: SinkTask, rows: Iterable[pa.RecordBatch]
+) -> tuple[int, set[str]]:
+    """The task's rows and its ledger entry in one transaction; aborted if anything fails."""
+    producer.begin()
+    try:
+        records, topics = _produce_columns(producer, config, rows)
+        entry = {(config.ledger_topic, LEDGER_PARTITION): (task.batch_id + 1, task.owner)}
+        producer.send_offsets(ledger_group(task.transactional_id), entry)
+        producer.commit()
     except BaseException:
-        if in_txn:
-            _abort_quietly(producer, task, config.timeout_s)
+        # Now rather than at the next attempt's init or the transaction timeout, so the
+        # partitions' LSO moves on; a fenced producer cannot, and need not.
+        with contextlib.suppress(Exception):
+            producer.abort()
         raise
-    finally:
-        if ledger is not None:
-            with contextlib.suppress(Exception):
-                ledger.close()
-        _close(producer)
+    return records, topics
+
+
+def _ledger_entry(
+    producer: TwoPhaseProducer, config: SinkConfig, group: str
+) -> CommittedOffset | None:
+    """The task's ledger entry: the next batch id it has not written, with its writer
+    (the owner) as metadata. Read after `init`, so no older attempt can change it."""
+    try:
+        return producer.group_offsets(group).committed(config.ledger_topic, LEDGER_PARTITION)
+    except KafkaApiError as exc:
+        if exc.code in (ErrorCode.group_authorization_failed, ErrorCode.topic_authorization_failed):
+            raise KafkaApiError(
+                exc.code,
+                f"cannot read the ledger group '{group}': {exc}; the sink needs READ on it and "
+                f"on topic '{config.ledger_topic}' (docs/spark-security.md)",
+            ) from None
+        raise
 
 
 def prepare_task(
@@ -227,76 +235,6 @@ def _first_nonempty(rows: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
         if rb.num_rows:
             return rb
     return None
-
-
-def _producer_config(config: SinkConfig, txn_id: str, errors: list[KafkaError]) -> dict[str, Any]:
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-
-    return {
-        **PRODUCER_DEFAULTS,
-        **config.client_config,
-        "transactional.id": txn_id,
-        # Only failures call back (into `errors`); success is learnt from flush().
-        "delivery.report.only.error": True,
-        "on_delivery": on_delivery,
-        "logger": log,
-    }
-
-
-def _produce_all(
-    producer: Producer, config: SinkConfig, batches: Iterable[pa.RecordBatch]
-) -> tuple[int, set[str]]:
-    """Produce every row. Columns are converted with one to_pylist() each, not row by row;
-    the common row (no partition, no headers) is one positional produce() call."""
-    cols = config.columns
-    produce = producer.produce
-    records = 0
-    topics: set[str] = set()
-    for rb in batches:
-        n = rb.num_rows
-        if not n:
-            continue
-        values: list[Any] = rb.column(cols.value).to_pylist()
-        keys: Iterable[Any] = rb.column(cols.key).to_pylist() if cols.key else repeat(None, n)
-        if config.topic is not None:
-            row_topics: Iterable[Any] = repeat(config.topic, n)
-            topics.add(config.topic)
-        else:
-            assert cols.topic is not None  # sink_config checked there is one
-            row_topics = rb.column(cols.topic).to_pylist()
-        parts: Iterable[Any] = (
-            rb.column(cols.partition).to_pylist() if cols.partition else repeat(None, n)
-        )
-        headers: Iterable[Any] = (
-            rb.column(cols.headers).to_pylist() if cols.headers else repeat(None, n)
-        )
-        for value, key, topic, part, hdrs in zip(
-            values, keys, row_topics, parts, headers, strict=True
-        ):
-            if topic is None:
-                raise SinkDataError(f"row {records} has a null topic and no 'topic' option is set")
-            while True:
-                try:
-                    if part is None and not hdrs:
-                        produce(topic, value, key)
-                    else:
-                        produce(
-                            topic,
-                            value,
-                            key,
-                            -1 if part is None else part,
-                            headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None,
-                        )
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.05)
-            records += 1
-            if config.topic is None:
-                topics.add(topic)
-        producer.poll(0)
-    return records, topics
 
 
 def _produce_columns(
@@ -382,51 +320,11 @@ def _headers_column(array: pa.Array) -> BinaryColumn:
     )
 
 
-def _abort_quietly(producer: Producer, task: SinkTask, timeout_s: float) -> None:
-    """Abort the task's transaction so its partitions' LSO moves on now rather than at the
-    next attempt's init or the transaction timeout. A failure here (the producer was fenced
-    or is broken) is logged; the caller re-raises the original error."""
-    try:
-        producer.abort_transaction(timeout_s)
-    except Exception as exc:
-        log.warning("%s: could not abort its transaction (%s); the next attempt will", task, exc)
-
-
-def _close(producer: Producer) -> None:
-    # A fenced producer can never deliver what it holds: purge so closing never waits.
-    with contextlib.suppress(Exception):
-        producer.purge()
-    with contextlib.suppress(Exception):
-        producer.flush(0)
-
-
-def _kafka_exception(exc: BaseException) -> KafkaException | None:
-    """The KafkaException behind `exc`. confluent-kafka raises a SystemError when a fatal
-    error (such as being fenced) surfaces while a Python callback runs; the real error is
-    its context."""
-    if isinstance(exc, KafkaException):
-        return exc
-    if isinstance(exc, SystemError) and isinstance(exc.__context__, KafkaException):
-        return exc.__context__
-    return None
-
-
-def _describe(exc: KafkaException, task: SinkTask) -> str:
-    err = exc.args[0] if exc.args else None
-    if isinstance(err, KafkaError):
-        fenced = err.code() in (
-            KafkaError._FENCED,
-            KafkaError.PRODUCER_FENCED,
-            KafkaError.INVALID_PRODUCER_EPOCH,
+def _describe(exc: BaseException, task: SinkTask) -> str:
+    where = f"{task} (transactional id '{task.transactional_id}')"
+    if isinstance(exc, KafkaApiError) and exc.code in FENCED:
+        return (
+            f"{where}: fenced: a newer attempt of this task took over its transactional id; "
+            f"this attempt's transaction is aborted: {exc}"
         )
-        what = (
-            "fenced: a newer attempt of this task took over its transactional id; this "
-            "attempt's transaction is aborted"
-            if fenced
-            else f"Kafka error {err.name()}"
-        )
-        return f"{task} (transactional id '{task.transactional_id}'): {what}: {err.str()}"
-    return f"{task} (transactional id '{task.transactional_id}'): {exc}"
-
-
-# ---- Spark's writers ---------------------------------------------------------------------
+    return f"{where}: {exc}"
