@@ -73,13 +73,14 @@ class Steps:
 def instrument(steps: Steps) -> None:
     from onceflow.client.participant import TwoPhaseProducer
 
-    steps.wrap(sink_tasks, "_produce_all", "rows -> produce calls")
     steps.wrap(sink_tasks, "_produce_columns", "rows -> produce calls")
     steps.wrap(sink_tasks, "read_decision", "read decision log")
+    steps.wrap(sink_tasks, "_ledger_entry", "ledger read")
+    steps.wrap(sink_tasks, "ensure_ledger_topic", "ledger topic check")
     steps.wrap(TwoPhaseProducer, "init", "participant init")
     steps.wrap(TwoPhaseProducer, "prepare", "prepare (flush + wait)")
-    steps.wrap(sink_tasks.Ledger, "read", "ledger read")
-    steps.wrap(sink_tasks.Ledger, "ensure_topic", "ledger topic check")
+    steps.wrap(TwoPhaseProducer, "send_offsets", "ledger entry (flush in flight + offsets)")
+    steps.wrap(TwoPhaseProducer, "commit", "commit (flush + EndTxn)")
     steps.wrap(writer, "complete_decided", "complete (driver)")
     steps.wrap(writer, "not_open", "check prepared still open (driver)")
     steps.wrap(batch_commit.DecisionLog, "record", "record decision (driver)")

@@ -16,9 +16,9 @@ batch, before and after a restart. Per task, the task:
    written. If this batch is already written, the task writes nothing and succeeds. This is
    what makes a batch that Spark replays (the driver died between the sink's commit and
    Spark's commit log) write nothing twice;
-3. otherwise begins a transaction, produces its rows, adds the ledger entry for this batch to
-   the same transaction (AddOffsetsToTxn and TxnOffsetCommit, Kafka's
-   sendOffsetsToTransaction) and commits.
+3. otherwise begins a transaction, adds the ledger entry for this batch to it
+   (AddOffsetsToTxn and TxnOffsetCommit, Kafka's sendOffsetsToTransaction), produces its
+   rows and commits.
 
 Why this is exactly-once per (batch, task): a commit by attempt A succeeds only if no other
 attempt of the task inited between A's own init and A's commit. Every attempt that inits
@@ -135,12 +135,14 @@ def write_task(
 def _commit_rows(
     producer: TwoPhaseProducer, config: SinkConfig, task: SinkTask, rows: Iterable[pa.RecordBatch]
 ) -> tuple[int, set[str]]:
-    """The task's rows and its ledger entry in one transaction; aborted if anything fails."""
+    """The task's rows and its ledger entry in one transaction; aborted if anything fails.
+    The entry goes first, while nothing is being sent (its requests would wait for the
+    sending thread): it is pending until the commit either way."""
     producer.begin()
     try:
-        records, topics = _produce_columns(producer, config, rows)
         entry = {(config.ledger_topic, LEDGER_PARTITION): (task.batch_id + 1, task.owner)}
         producer.send_offsets(ledger_group(task.transactional_id), entry)
+        records, topics = _produce_columns(producer, config, rows)
         producer.commit()
     except BaseException:
         # Now rather than at the next attempt's init or the transaction timeout, so the
