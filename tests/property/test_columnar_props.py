@@ -195,3 +195,49 @@ def test_runs_mask_marks_exactly_the_runs(
     mask = runs_mask(total, np.array(starts, np.int64), np.array(lengths, np.int64))
     assert mask.dtype == np.bool_
     assert mask.tolist() == expected.tolist()
+
+
+def _as_batches(
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    ts: list[int],
+    with_headers: bool,
+) -> tuple[bytes, bytes | memoryview]:
+    expected = build_batch(records, timestamp_ms=ts[0], timestamps=ts, producer_id=7)
+    got = build_column_batch(
+        BinaryColumn.of([v for _, v, _ in records]),
+        BinaryColumn.of([k for k, _, _ in records]),
+        timestamps=np.array(ts, np.int64),
+        headers=header_sections([h for _, _, h in records]) if with_headers else None,
+        producer_id=7,
+    )
+    return expected, got
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 5])
+@pytest.mark.parametrize("with_headers", [False, True])
+def test_records_of_one_layout_are_written_as_rows_byte_for_byte(
+    key: bytes | None, with_headers: bool
+) -> None:
+    """The encoder's path for runs of records of one layout (Spark's fixed-size values):
+    9,000 records, so the offset deltas cross the one-, two- and three-byte varints, and
+    timestamps that step (their deltas widen too): each width is a run of its own."""
+    headers: list[tuple[str, bytes | None]] = [("h", b"x")] if with_headers else []
+    records = [(key, b"%08d" % i + b"v" * 92, headers) for i in range(9000)]
+    ts = [1_700_000_000_000 + (i // 2000) * 50 for i in range(9000)]
+    expected, got = _as_batches(records, ts, with_headers)
+    assert got == expected
+
+
+@given(
+    st.integers(1, 300),
+    st.sampled_from([None, b"", b"key"]),
+    st.sampled_from([None, b"", b"v" * 70]),
+    st.lists(st.integers(0, 20_000), min_size=1, max_size=4),
+)
+def test_runs_of_one_layout_match_the_record_by_record_batch(
+    n: int, key: bytes | None, value: bytes | None, steps: list[int]
+) -> None:
+    records = [(key, value, []) for _ in range(n)]
+    ts = [1_000_000 + steps[i * len(steps) // n] for i in range(n)]
+    expected, got = _as_batches(records, ts, with_headers=False)
+    assert got == expected

@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from onceflow.broker.allocator import keep_freed_memory
+from onceflow.allocator import keep_freed_memory
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.registry import HANDLERS
 from onceflow.broker.metrics_http import start_metrics_server

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from onceflow.allocator import keep_freed_memory
 from onceflow.client.errors import ClientError, ConfigError, KafkaApiError
 from onceflow.client.group_offsets import GroupOffsets
 from onceflow.client.participant_columns import (
@@ -98,6 +99,19 @@ def _headers(headers: HeadersArg) -> tuple[Header, ...]:
     return tuple((str(k), _bytes(v)) for k, v in items)
 
 
+_allocator_tuned = False
+
+
+def _tune_allocator() -> None:
+    """Once per process: batches of a megabyte are allocated, sent and freed one after the
+    other, and with glibc's adaptive thresholds each would be faulted in afresh
+    (`onceflow.allocator`)."""
+    global _allocator_tuned
+    if not _allocator_tuned:
+        _allocator_tuned = True
+        keep_freed_memory()
+
+
 def complete(
     prepared: PreparedTransaction, commit: bool, bootstrap_servers: str, **settings: Any
 ) -> bool:
@@ -152,6 +166,7 @@ class TwoPhaseProducer:
             raise ConfigError("a transactional id is required")
         self.transactional_id = transactional_id
         self.settings = ProducerSettings.of(settings)
+        _tune_allocator()
         self._link = Link(bootstrap_servers, self.settings)
         s = self.settings
         self._accumulator = Accumulator(s.batch_size, s.linger_ms / 1000, s.compression)

@@ -14,6 +14,7 @@ each record's encoded headers section (`header_sections`), made record by record
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -34,6 +35,8 @@ __all__ = ["build_column_batch", "encode_records", "header_sections", "varint_si
 
 _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)
 _NO_HEADERS = 0  # a headers section of zero headers is the one byte zigzag(0)
+# Beyond this many runs of one layout, the field-by-field scatters are cheaper.
+_MAX_RUNS = 16
 
 
 def zigzag(values: Ints) -> np.ndarray:
@@ -69,6 +72,79 @@ def _fill(out: Bytes, at: Ints, column: BinaryColumn, sizes: Ints) -> None:
     """Copy the column's strings to `at`, each to its own place: one masked copy."""
     if column.nbytes:
         out[runs_mask(len(out), at, sizes)] = column.stream()
+
+
+def _uniform_runs(sizes: Sequence[Ints]) -> list[tuple[int, int]] | None:
+    """Runs [start, stop) of records whose every field has the same size in the run (the
+    common case: values of one length, null or same-length keys, varints that widen only
+    at a few offsets), or None when there are too many runs to pay."""
+    n = len(sizes[0])
+    starts = np.zeros(n, np.bool_)
+    for size in sizes:
+        starts[1:] |= size[1:] != size[:-1]
+    bounds = np.flatnonzero(starts)
+    if len(bounds) >= _MAX_RUNS:
+        return None
+    edges = [0, *bounds.tolist(), n]
+    return list(pairwise(edges))
+
+
+def _encode_run(
+    out: Bytes,
+    position: int,
+    start: int,
+    stop: int,
+    raws: Sequence[np.ndarray],
+    layout: Sequence[Ints],
+    keys: BinaryColumn | None,
+    values: BinaryColumn,
+    headers: BinaryColumn | None,
+) -> None:
+    """Records [start, stop), all of one layout, written at `position` as the rows of a 2-D
+    view: each field is a column range, filled by a strided copy (no index arrays)."""
+    length_size, ts_size, delta_size, key_size, key_bytes, value_size, value_bytes = (
+        int(size[start]) for size in layout
+    )
+    body_raw, ts_raw, delta_raw, key_raw, value_raw = (raw[start:stop] for raw in raws)
+    count = stop - start
+    width = length_size + 1 + ts_size + delta_size + key_size + key_bytes + value_size
+    width += value_bytes + (1 if headers is None else int(headers.sizes()[start]))
+    block = out[position : position + count * width].reshape(count, width)
+    column = _put_varint(block, 0, body_raw, length_size)
+    block[:, column] = 0  # attributes
+    column += 1
+    column = _put_varint(block, column, ts_raw, ts_size)
+    column = _put_varint(block, column, delta_raw, delta_size)
+    column = _put_varint(block, column, key_raw, key_size)
+    column = _put_strings(block, column, keys, start, stop, key_bytes)
+    column = _put_varint(block, column, value_raw, value_size)
+    column = _put_strings(block, column, values, start, stop, value_bytes)
+    if headers is None:
+        block[:, column] = _NO_HEADERS
+    else:
+        _put_strings(block, column, headers, start, stop, width - column)
+
+
+def _put_varint(block: Bytes, column: int, raw: np.ndarray, size: int) -> int:
+    """Varints of one `size` into columns [column, column + size); the next column."""
+    for j in range(size):
+        byte = (raw >> np.uint64(7 * j)) & np.uint64(0x7F)
+        if j < size - 1:
+            byte |= np.uint64(0x80)
+        block[:, column + j] = byte
+    return column + size
+
+
+def _put_strings(
+    block: Bytes, column: int, strings: BinaryColumn | None, start: int, stop: int, size: int
+) -> int:
+    """Strings [start, stop) of one `size` (back to back in the column's stream) into
+    columns [column, column + size); the next column."""
+    if strings is not None and size:
+        first = int(strings.offsets[start])
+        stream = strings.data[first : first + (stop - start) * size]
+        block[:, column : column + size] = stream.reshape(stop - start, size)
+    return column + size
 
 
 def encode_records(
@@ -112,6 +188,13 @@ def encode_records(
     total = int(ends[-1]) if n else headroom
     out = np.empty(total, np.uint8)
     at = ends - body - length_size  # each record's start
+    layout = [length_size, ts_size, delta_size, key_size, key_bytes, value_size, value_bytes]
+    runs = _uniform_runs([*layout, header_bytes])
+    if runs is not None:
+        raws = [body_raw, *fields]
+        for start, stop in runs:
+            _encode_run(out, int(at[start]), start, stop, raws, layout, keys, values, headers)
+        return out
     _scatter_varint(out, at, body_raw, length_size)
     at += length_size
     out[at] = 0  # attributes

@@ -1,11 +1,14 @@
 """Keep glibc's allocator from handing back memory the next request needs at once.
 
-Every produce request decodes its records into a fresh bytes object of up to a megabyte
-(kio copies the field), which lives until the append and is then freed. With glibc's
-defaults the free often trims the heap top or unmaps the block, so the next request's copy
-page-faults on every 4 KiB page of it: measured, about 460 minor faults per MB produced,
-several times the cost of the copy itself. A fixed mmap threshold above the largest usual
-request and a trim threshold of tens of megabytes keep those pages mapped and warm.
+On the broker, every produce request decodes its records into a fresh bytes object of up
+to a megabyte (kio copies the field), which lives until the append and is then freed. With
+glibc's defaults the free often trims the heap top or unmaps the block, so the next
+request's copy page-faults on every 4 KiB page of it: measured, about 460 minor faults per
+MB produced, several times the cost of the copy itself. The participant client's batches
+are the same: a megabyte encoded, sent and freed, batch after batch (encoding 10,000 rows
+took 1.5 ms instead of 0.47 in two runs of three). A fixed mmap threshold above the
+largest usual block and a trim threshold of tens of megabytes keep those pages mapped and
+warm.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ TRIM_THRESHOLD_BYTES = 64 << 20
 
 
 def keep_freed_memory() -> bool:
-    """Tune glibc's malloc for the broker; False where there is no glibc to tune."""
+    """Tune glibc's malloc of this process; False where there is no glibc to tune."""
     if not sys.platform.startswith("linux"):
         return False
     try:
