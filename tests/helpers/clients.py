@@ -240,3 +240,16 @@ def committed_offsets(
         if tp.error is not None:
             raise KafkaException(tp.error)
     return {tp.partition: tp.offset for tp in tps}
+
+
+def stable_committed(
+    bootstrap: str, group: str, topic: str, partition: int = 0, timeout: float = OP_TIMEOUT_S
+) -> tuple[int, str | None]:
+    """A group's committed offset and metadata of one partition as librdkafka reads it,
+    with `require_stable` (a read_committed consumer's OffsetFetch)."""
+    c = consumer(bootstrap, group, **{"isolation.level": "read_committed"})
+    try:
+        (tp,) = c.committed([TopicPartition(topic, partition)], timeout=timeout)
+        return tp.offset, tp.metadata
+    finally:
+        c.close()

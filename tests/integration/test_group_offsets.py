@@ -19,7 +19,7 @@ from onceflow.client.participant_link import Link
 from onceflow.client.participant_state import ProducerSettings
 from onceflow.errors import ErrorCode
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.clients import QUIET_LOGGER, create_topic
+from tests.helpers.clients import QUIET_LOGGER, create_topic, stable_committed
 
 TIMEOUT_S = 20.0
 
@@ -34,22 +34,6 @@ def offsets_of(bootstrap: str, group: str) -> GroupOffsets:
     return GroupOffsets(Link(bootstrap, ProducerSettings.of({})), group, TIMEOUT_S)
 
 
-def librdkafka_committed(bootstrap: str, group: str, topic: str) -> tuple[int, str | None]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "logger": QUIET_LOGGER,
-        }
-    )
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
-        return tp.offset, tp.metadata
-    finally:
-        consumer.close()
-
-
 def test_a_commit_reads_back_here_and_in_librdkafka(bootstrap: str) -> None:
     topic = create_topic(bootstrap)
     offsets = offsets_of(bootstrap, "decisions-a")
@@ -58,7 +42,7 @@ def test_a_commit_reads_back_here_and_in_librdkafka(bootstrap: str) -> None:
         offsets.commit(topic, 0, 8, '{"o":"q"}')
         offsets.commit(topic, 0, 8, '{"o":"q"}')  # the same value again: one commit
         assert offsets.committed(topic, 0) == CommittedOffset(8, '{"o":"q"}')
-        assert librdkafka_committed(bootstrap, "decisions-a", topic) == (8, '{"o":"q"}')
+        assert stable_committed(bootstrap, "decisions-a", topic) == (8, '{"o":"q"}')
     finally:
         offsets.link.close()
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from onceflow.client.errors import KafkaApiError
 from onceflow.client.group_offsets import CommittedOffset
 from onceflow.client.participant import TransactionStateError, TwoPhaseProducer
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.clients import QUIET_LOGGER, create_topic
+from tests.helpers.clients import create_topic, stable_committed
 from tests.helpers.txn import end_offsets, read_records, wait_stable
 
 TIMEOUT_S = 20.0
@@ -26,22 +25,6 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # No two-phase commit: what an ordinary producer needs is what every broker has.
     with BrokerProcess(tmp_path_factory.mktemp("ordinary") / "data", {}) as broker:
         yield broker.bootstrap
-
-
-def librdkafka_committed(bootstrap: str, group: str, topic: str) -> tuple[int, str | None]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "logger": QUIET_LOGGER,
-        }
-    )
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
-        return tp.offset, tp.metadata
-    finally:
-        consumer.close()
 
 
 def committed_values(bootstrap: str, topic: str) -> list[bytes | None]:
@@ -83,7 +66,7 @@ def test_offsets_commit_with_the_transaction_and_never_with_an_abort(bootstrap: 
         producer.produce(topic, b"second", partition=0)
         producer.send_offsets(group, {(ledger, 0): (8, "second")})
         producer.commit()
-    assert librdkafka_committed(bootstrap, group, ledger) == (8, "second")
+    assert stable_committed(bootstrap, group, ledger) == (8, "second")
     assert committed_values(bootstrap, topic) == [b"kept", b"second"]
 
 
