@@ -37,3 +37,14 @@ def keep_freed_memory() -> bool:
     mmap_ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     trim_ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
     return bool(mmap_ok and trim_ok)
+
+
+_tuned = False
+
+
+def keep_freed_memory_once() -> None:
+    """`keep_freed_memory`, the first time a process asks (a client's first producer)."""
+    global _tuned
+    if not _tuned:
+        _tuned = True
+        keep_freed_memory()

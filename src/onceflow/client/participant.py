@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from onceflow.allocator import keep_freed_memory
+from onceflow.allocator import keep_freed_memory_once
 from onceflow.client.errors import ClientError, ConfigError, KafkaApiError
 from onceflow.client.group_offsets import GroupOffsets
 from onceflow.client.participant_columns import (
@@ -44,6 +44,7 @@ from onceflow.client.participant_columns import (
     by_partition,
     partition_target,
 )
+from onceflow.client.participant_complete import complete
 from onceflow.client.participant_link import (
     Identity,
     Link,
@@ -99,58 +100,6 @@ def _headers(headers: HeadersArg) -> tuple[Header, ...]:
     return tuple((str(k), _bytes(v)) for k, v in items)
 
 
-_allocator_tuned = False
-
-
-def _tune_allocator() -> None:
-    """Once per process: batches of a megabyte are allocated, sent and freed one after the
-    other, and with glibc's adaptive thresholds each would be faulted in afresh
-    (`onceflow.allocator`)."""
-    global _allocator_tuned
-    if not _allocator_tuned:
-        _allocator_tuned = True
-        keep_freed_memory()
-
-
-def complete(
-    prepared: PreparedTransaction, commit: bool, bootstrap_servers: str, **settings: Any
-) -> bool:
-    """Commit or abort a prepared transaction, from any process; whether it was ended here.
-
-    A new instance of the id inits with keepPreparedTxn, which fences the preparing one
-    and reports the open transaction. If that is `prepared`, it is ended at the new epoch.
-    If not (it was completed already, or a newer instance aborted it), a commit raises
-    StalePreparedTransaction and an abort does nothing (False), as Kafka's
-    completeTransaction.
-    """
-    options = ProducerSettings.of(settings)
-    link = Link(bootstrap_servers, options)
-    try:
-        kept = init_producer_id(link, prepared.transactional_id, options, keep=True)
-        ongoing = (kept.ongoing_producer_id, kept.ongoing_epoch)
-        if ongoing != (prepared.producer_id, prepared.producer_epoch):
-            if commit:
-                held = (
-                    "none" if ongoing == (-1, -1) else f"producer {ongoing[0]} epoch {ongoing[1]}"
-                )
-                raise StalePreparedTransaction(
-                    f"cannot commit {prepared.transactional_id}'s transaction of producer "
-                    f"{prepared.producer_id} epoch {prepared.producer_epoch}: the open "
-                    f"transaction is {held} (completed already, or aborted by a newer instance)"
-                )
-            return False
-        end_txn(
-            link,
-            prepared.transactional_id,
-            (kept.producer_id, kept.epoch),
-            commit,
-            options.delivery_timeout_ms / 1000,
-        )
-        return True
-    finally:
-        link.close()
-
-
 class TwoPhaseProducer:
     """A transactional producer for one transactional id, with two-phase commit.
 
@@ -166,7 +115,7 @@ class TwoPhaseProducer:
             raise ConfigError("a transactional id is required")
         self.transactional_id = transactional_id
         self.settings = ProducerSettings.of(settings)
-        _tune_allocator()
+        keep_freed_memory_once()  # megabyte batches, freed one after the other
         self._link = Link(bootstrap_servers, self.settings)
         s = self.settings
         self._accumulator = Accumulator(s.batch_size, s.linger_ms / 1000, s.compression)
