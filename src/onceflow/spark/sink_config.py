@@ -21,7 +21,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from onceflow.spark.batch_commit import Atomicity
+from onceflow.client.errors import ConfigError
+from onceflow.client.participant_state import ProducerSettings
+from onceflow.spark.batch_commit import Atomicity, participant_settings
 from onceflow.spark.ledger import DEFAULT_LEDGER_TOPIC
 from onceflow.spark.options import (
     SOURCE_OPTIONS,
@@ -220,6 +222,11 @@ def sink_config(options: Mapping[str, str], schema: StructType) -> SinkConfig:
                 f"option 'kafka.{key}={client[key]}' contradicts the sink's transactions; "
                 f"it must be {' or '.join(sorted(allowed))} (or left unset)"
             )
+
+    try:  # the writer's producer settings, checked here rather than in every task
+        ProducerSettings.of(participant_settings(client)[1])
+    except ConfigError as exc:
+        raise OptionError(f"the sink's producer settings: {exc}") from None
 
     topic = _nonblank(opts, TOPIC)
     sink_id = _nonblank(opts, SINK_ID)
