@@ -290,7 +290,7 @@ class CoordinatorLink:
     def coordinator(self, _transactional_id: str) -> CoordinatorOffering:
         return self.connection
 
-    def coordinator_moved(self) -> None:
+    def coordinator_moved(self, _transactional_id: str) -> None:
         raise AssertionError("the coordinator never moves here")
 
 

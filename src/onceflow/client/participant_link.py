@@ -77,8 +77,6 @@ class Link:
         self.security = settings.security
         self.backoff_s = settings.retry_backoff_ms / 1000
         self._cluster: Cluster | None = None
-        self._coordinator: Connection | None = None
-        self._coordinator_of = ""  # the transactional id `_coordinator` coordinates
         self.partitions: dict[str, dict[int, int]] = {}  # topic -> partition -> leader
         # A producer's topics are created on first use where the broker auto-creates.
         self.auto_create = True
@@ -94,7 +92,6 @@ class Link:
         if self._cluster is not None:
             self._cluster.close()
         self._cluster = None
-        self._coordinator = None
         self.partitions.clear()
 
     def close(self) -> None:
@@ -106,18 +103,11 @@ class Link:
 
     def coordinator(self, transactional_id: str) -> Connection:
         """The coordinator of `transactional_id`, as this process last found it."""
-        if self._coordinator is None:
-            what = f"transactional id {transactional_id}"
-            self._coordinator = self.wire.known_coordinator(
-                transactional_id, KEY_TYPE_TRANSACTION, what
-            )
-            self._coordinator_of = transactional_id
-        return self._coordinator
+        what = f"transactional id {transactional_id}"
+        return self.wire.known_coordinator(transactional_id, KEY_TYPE_TRANSACTION, what)
 
-    def coordinator_moved(self) -> None:
-        if self._coordinator is not None:
-            self.forget_coordinator(self._coordinator_of, KEY_TYPE_TRANSACTION)
-        self._coordinator = None
+    def coordinator_moved(self, transactional_id: str) -> None:
+        self.forget_coordinator(transactional_id, KEY_TYPE_TRANSACTION)
 
     def forget_coordinator(self, key: str, key_type: int) -> None:
         """A coordinator moved: the next request asks FindCoordinator again."""
@@ -164,7 +154,7 @@ def _coordinator_call(
     return coordinator_request(
         link,
         lambda: link.coordinator(transactional_id),
-        link.coordinator_moved,
+        lambda: link.coordinator_moved(transactional_id),
         f"{what} of transactional id {transactional_id}",
         request,
         error_of,
@@ -216,7 +206,7 @@ def init_producer_id(
 ) -> Identity:
     """InitProducerId v6 with enable2Pc (if two-phase) and keepPreparedTxn as asked. An
     ordinary transactional producer takes the broker's highest version from v0, so it also
-    works with brokers that predate KIP-939 (Apache Kafka before 4.1)."""
+    works with brokers without KIP-939."""
     lowest = 6 if settings.two_phase or keep else 0
 
     def request(connection: Connection) -> tuple[int, int, Any]:

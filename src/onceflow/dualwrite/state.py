@@ -105,7 +105,7 @@ def last_transaction(
             if exc.code == ErrorCode.transactional_id_not_found:
                 return None
             retriable = ErrorCode(exc.code).retriable
-            link.coordinator_moved()
+            link.coordinator_moved(transactional_id)
             if not retriable or time.monotonic() > deadline:
                 return None
         except ClientError:

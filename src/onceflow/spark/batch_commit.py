@@ -339,7 +339,6 @@ def not_open(
                 txn.producer_epoch,
             ):
                 gone.append(txn)
-            link.coordinator_moved()  # each id has a coordinator of its own
     finally:
         link.close()
     return gone
