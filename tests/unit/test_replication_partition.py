@@ -131,6 +131,29 @@ def test_a_follower_idle_but_caught_up_stays_in_the_isr() -> None:
     assert partition.isr_proposal(LAG_MS) is None
 
 
+def test_a_quiet_fetch_keeps_a_caught_up_follower_in_the_isr_and_nothing_else() -> None:
+    """A session fetch that skips a quiet partition notes its follower caught up, as a
+    read would: after a long quiet spell, an append the follower has not fetched yet
+    must not make it look lagging for the whole spell (and a follower the skip did not
+    note, 3 here, does). A follower behind or outside the ISR is never skipped."""
+    partition, clock = make()
+    lead(partition)
+    plog = partition.log
+    append(plog, 2)
+    plog.flush()
+    partition.follower_fetched(2, 2)
+    partition.follower_fetched(3, 2)
+    for _ in range(4):
+        clock.advance(LAG_MS // 2)
+        assert partition.still_caught_up(2)
+    append(plog, 1)  # neither has fetched it yet
+    assert partition.isr_proposal(LAG_MS) == (1, 2)
+    assert not partition.still_caught_up(2), "behind the log end: read it"
+    partition.make_leader(LeaderAndIsr(1, 0, (1, 2), (1, 2, 3), 1))
+    partition.follower_fetched(3, 3)
+    assert not partition.still_caught_up(3), "outside the ISR: a read proposes its return"
+
+
 def test_acks_all_waiters_complete_with_the_high_watermark_or_fail_on_demotion() -> None:
     async def scenario() -> None:
         partition, _ = make()

@@ -8,9 +8,11 @@ each partition's last fetch state, so a follower's request names only the partit
 fetch offset (what it holds durably) or log start changed, and the answer only those with
 records, an error, or a high watermark or log start the follower has not been told.
 
-Every partition of the session is still read on each request, and its cached fetch offset
-reported as the follower's progress (Kafka's updateFollowerFetchState): the offset a
-follower left out is the one it sent last, which it held durably then and still does.
+A partition left out of a request keeps the fetch offset the follower sent last, which it
+held durably then and still does. The fetch handler reads it again only when it has news
+(records past that offset, a high watermark, LSO or log start the follower was not told, an
+error); a quiet one is just noted as caught up (Kafka's updateFollowerFetchState), so a
+round costs what changed, not the session's size.
 
 Sessions are created for followers only (replica_id set); a consumer that asks for one gets
 session id 0, which KIP-227 allows (the broker keeps no session, every fetch is full). A
@@ -92,16 +94,6 @@ class FetchSession:
                 self.partitions.pop((name, index), None)
         if not full:
             self.epoch = 1 if self.epoch >= MAX_EPOCH else self.epoch + 1
-
-    def grouped(self) -> list[Topic]:
-        """The session's partitions by topic, in the order they joined."""
-        topics: dict[str, tuple[uuid.UUID | None, list[Any]]] = {}
-        for (name, _), entry in self.partitions.items():
-            topics.setdefault(name, (entry.topic_id, []))[1].append(entry.fetch)
-        grouped: list[Topic] = [
-            (name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()
-        ]
-        return grouped
 
     def answered(
         self, topics: list[Topic], reads: list[list[Read]], full: bool

@@ -160,6 +160,22 @@ class Partition:
             progress.last_caught_up_ms = self.clock.now_ms()
         return self.maybe_advance_high_watermark()
 
+    def still_caught_up(self, replica: int) -> bool:
+        """A follower's fetch that reads nothing of this partition (its fetch session names
+        the offset it sent before): True, noted as caught up now, when it is in the ISR at
+        the log end, which is all a read would have recorded; False when a read must say
+        more (behind, outside the ISR, or a DeleteRecords waiting for its log start)."""
+        progress = self.progress.get(replica)
+        if (
+            progress is None
+            or progress.log_end_offset < self.log.log_end_offset
+            or replica not in self.state.isr
+            or self.awaits_low_watermark
+        ):
+            return False
+        progress.last_caught_up_ms = self.clock.now_ms()
+        return True
+
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER:
             return False

@@ -22,9 +22,15 @@ import datetime
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from onceflow.broker.fetch_sessions import Topic, session_for
+from onceflow.broker.fetch_sessions import (
+    FetchSession,
+    PartitionKey,
+    SessionPartition,
+    Topic,
+    session_for,
+)
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
 from onceflow.broker.responses import RawBody
@@ -33,6 +39,9 @@ from onceflow.protocol import codec
 from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.indexes import AbortedTxn
 from onceflow.storage.partition_log import FileRegion, PartitionLog
+
+if TYPE_CHECKING:
+    from onceflow.broker.services import BrokerServices
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -77,11 +86,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     if session is not None:
         session.update(names, request, full=full)
     topics = _wanted(names, request)
-    if session is not None and not full:
-        topics = session.grouped()
-        keys = [(name or "", p.partition) for name, _, parts in topics for p in parts]
-    denied = _denied_topics(ctx, [name for name, _, _ in topics], replica)
+    incremental = session if session is not None and not full else None
+    named = set(keys)
+    if incremental is not None:
+        keys = list(incremental.partitions)
+    denied = _denied_topics(ctx, list({name for name, _ in keys}), replica)
     while True:
+        if incremental is not None:
+            topics = _session_reads(ctx, incremental, named)
+            named = set()  # what it named is recorded now: later passes read only news
         reads, total, failed = _read_all(ctx, request, topics, replica, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
@@ -102,6 +115,43 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         topics, reads = session.answered(topics, reads, full)
     session_id = session.id if session is not None else 0
     return RawBody(_encode(ctx, topics, reads, session_id=session_id), errors)
+
+
+def _session_reads(
+    ctx: RequestContext, session: FetchSession, named: set[PartitionKey]
+) -> list[Topic]:
+    """The partitions of an incremental session fetch to read in this pass: those the
+    request named (a new fetch offset or log start to record) and those with news for the
+    follower. A quiet one, with its follower in the ISR at the log end and told its high
+    watermark, LSO and log start, is only noted as caught up: reading it would find no
+    records and answer nothing, and on a cluster most of a session's partitions are quiet
+    on most fetches."""
+    broker = ctx.broker
+    topics: dict[str, tuple[Any, list[Any]]] = {}
+    for key, entry in session.partitions.items():
+        if key in named or not _quiet(broker, key, entry, session.replica):
+            topics.setdefault(key[0], (entry.topic_id, []))[1].append(entry.fetch)
+    return [(name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()]
+
+
+def _quiet(
+    broker: BrokerServices, key: PartitionKey, entry: SessionPartition, replica: int
+) -> bool:
+    if entry.told is None:
+        return False
+    try:
+        plog = broker.leader_log(*key)
+    except KafkaError:
+        return False  # read: the follower is told the error
+    fetch = entry.fetch
+    if (
+        fetch.fetch_offset != plog.log_end_offset
+        or getattr(fetch, "current_leader_epoch", -1) not in (-1, plog.leader_epoch)
+        or entry.told != (plog.high_watermark, plog.last_stable_offset, plog.log_start_offset)
+    ):
+        return False
+    partition = broker.replicated(plog)
+    return partition is not None and partition.still_caught_up(replica)
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
