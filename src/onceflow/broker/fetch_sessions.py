@@ -25,9 +25,12 @@ import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from onceflow.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from onceflow.replication.partition import Partition
 
 #: KIP-227's session epochs: 0 opens a session, -1 closes it (and asks for a full fetch).
 INITIAL_EPOCH = 0
@@ -68,6 +71,8 @@ class SessionPartition:
     topic_id: uuid.UUID | None
     fetch: Any  # the request's FetchPartition entity last sent for it
     told: Told | None = None
+    #: The local replica last read for it, kept while it leads (the fetch handler's).
+    leader: Partition | None = None
 
 
 @dataclass(slots=True)

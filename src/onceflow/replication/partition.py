@@ -89,6 +89,11 @@ class Partition:
         return self.state.leader_epoch
 
     @property
+    def leading(self) -> bool:
+        """Whether this replica leads and its log is online: what a read from it needs."""
+        return self.role is Role.LEADER and self.log.offline is None
+
+    @property
     def isr(self) -> tuple[int, ...]:
         return self.state.isr
 
@@ -310,4 +315,6 @@ class Partition:
                 fail_future(fut, KafkaError(code, f"{self.log.name} is no longer led here"))
 
     def close(self) -> None:
+        """No longer a replica here (unassigned, or the broker stops)."""
+        self.role = Role.OFFLINE
         self._fail_waiters(ErrorCode.not_leader_or_follower)

@@ -139,19 +139,23 @@ def _quiet(
 ) -> bool:
     if entry.told is None:
         return False
-    try:
-        plog = broker.leader_log(*key)
-    except KafkaError:
-        return False  # read: the follower is told the error
-    fetch = entry.fetch
+    partition = entry.leader
+    if partition is None or not partition.leading:
+        try:
+            partition = broker.replicated(broker.leader_log(*key))
+        except KafkaError:
+            return False  # read: the follower is told the error
+        entry.leader = partition
+        if partition is None:
+            return False
+    plog, fetch = partition.log, entry.fetch
     if (
         fetch.fetch_offset != plog.log_end_offset
         or getattr(fetch, "current_leader_epoch", -1) not in (-1, plog.leader_epoch)
         or entry.told != (plog.high_watermark, plog.last_stable_offset, plog.log_start_offset)
     ):
         return False
-    partition = broker.replicated(plog)
-    return partition is not None and partition.still_caught_up(replica)
+    return partition.still_caught_up(replica)
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
