@@ -304,6 +304,9 @@ class ReplicaFetcher:
         self._session.answered(version, response.session_id, sent, forgotten)
         progressed = False
         durable: list[Awaitable[None]] = []
+        # Only partitions in the answer can have news (an incremental answer leaves out
+        # the others; a full one holds them all).
+        answered: list[tuple[Key, _Followed]] = []
         for topic_result in response.responses:
             name = names.get(topic_result.topic_id) if version >= 13 else topic_result.topic
             for data in topic_result.partitions:
@@ -311,6 +314,7 @@ class ReplicaFetcher:
                 entry = ready.get(key)
                 if entry is None or not self._current(key, entry):
                     continue
+                answered.append((key, entry))
                 wait = self._apply(entry, data)
                 if wait is not None:
                     durable.append(wait)
@@ -318,7 +322,7 @@ class ReplicaFetcher:
         for wait in durable:
             with contextlib.suppress(LogOffline):
                 await wait
-        for key, followed in ready.items():
+        for key, followed in answered:
             if self._current(key, followed):
                 plog = followed.partition.log
                 if followed.leader_hw >= 0:
