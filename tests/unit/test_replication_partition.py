@@ -145,13 +145,14 @@ def test_a_quiet_fetch_keeps_a_caught_up_follower_in_the_isr_and_nothing_else() 
     partition.follower_fetched(3, 2)
     for _ in range(4):
         clock.advance(LAG_MS // 2)
-        assert partition.still_caught_up(2)
+        assert partition.still_caught_up(2, clock.now_ms())
     append(plog, 1)  # neither has fetched it yet
     assert partition.isr_proposal(LAG_MS) == (1, 2)
-    assert not partition.still_caught_up(2), "behind the log end: read it"
+    assert not partition.still_caught_up(2, clock.now_ms()), "behind the log end: read it"
     partition.make_leader(LeaderAndIsr(1, 0, (1, 2), (1, 2, 3), 1))
     partition.follower_fetched(3, 3)
-    assert not partition.still_caught_up(3), "outside the ISR: a read proposes its return"
+    outside = partition.still_caught_up(3, clock.now_ms())
+    assert not outside, "outside the ISR: a read proposes its return"
 
 
 def test_acks_all_waiters_complete_with_the_high_watermark_or_fail_on_demotion() -> None:

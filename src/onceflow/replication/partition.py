@@ -165,9 +165,9 @@ class Partition:
             progress.last_caught_up_ms = self.clock.now_ms()
         return self.maybe_advance_high_watermark()
 
-    def still_caught_up(self, replica: int) -> bool:
+    def still_caught_up(self, replica: int, now_ms: int) -> bool:
         """A follower's fetch that reads nothing of this partition (its fetch session names
-        the offset it sent before): True, noted as caught up now, when it is in the ISR at
+        the offset it sent before): True, noted as caught up at now_ms, when it is in the ISR at
         the log end, which is all a read would have recorded; False when a read must say
         more (behind, outside the ISR, or a DeleteRecords waiting for its log start)."""
         progress = self.progress.get(replica)
@@ -178,7 +178,7 @@ class Partition:
             or self.awaits_low_watermark
         ):
             return False
-        progress.last_caught_up_ms = self.clock.now_ms()
+        progress.last_caught_up_ms = now_ms
         return True
 
     def maybe_advance_high_watermark(self) -> bool:

@@ -127,15 +127,16 @@ def _session_reads(
     records and answer nothing, and on a cluster most of a session's partitions are quiet
     on most fetches."""
     broker = ctx.broker
+    now_ms = broker.clock.now_ms()
     topics: dict[str, tuple[Any, list[Any]]] = {}
     for key, entry in session.partitions.items():
-        if key in named or not _quiet(broker, key, entry, session.replica):
+        if key in named or not _quiet(broker, key, entry, session.replica, now_ms):
             topics.setdefault(key[0], (entry.topic_id, []))[1].append(entry.fetch)
     return [(name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()]
 
 
 def _quiet(
-    broker: BrokerServices, key: PartitionKey, entry: SessionPartition, replica: int
+    broker: BrokerServices, key: PartitionKey, entry: SessionPartition, replica: int, now_ms: int
 ) -> bool:
     if entry.told is None:
         return False
@@ -155,7 +156,7 @@ def _quiet(
         or entry.told != (plog.high_watermark, plog.last_stable_offset, plog.log_start_offset)
     ):
         return False
-    return partition.still_caught_up(replica)
+    return partition.still_caught_up(replica, now_ms)
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
