@@ -295,3 +295,40 @@ def test_zookeeper_away_leaders_keep_serving(cluster_factory) -> None:  # type: 
     finally:
         work.stop()
     check_exactly_once(work, read_all(cluster.bootstrap, topic, 3, len(work.acked)))
+
+
+def test_each_partition_written_while_the_others_are_quiet_is_replicated_at_once(
+    cluster_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """A follower's fetch session reads only the partitions with news (fetch_sessions.py):
+    with every replica required (min.insync.replicas=3) and many partitions idle in each
+    session, one partition at a time gets a record after a quiet spell longer than
+    replica.lag.time.max.ms. Each acks=all write completes, so the followers copied it at
+    once (a partition wrongly taken for quiet would stall until the timeout), no follower
+    left the ISR over the quiet spell, and every record is read back once."""
+    cluster: Cluster = cluster_factory(
+        3, overrides={"min.insync.replicas": "3", "replica.lag.time.max.ms": "1500"}
+    )
+    partitions = 8
+    topic = create_topic(cluster.bootstrap, partitions=partitions, replication_factor=3)
+    p = producer(
+        cluster.bootstrap,
+        **{"acks": "all", "enable.idempotence": True, "message.timeout.ms": 10_000},
+    )
+    errors: list[KafkaError | None] = []
+    for round_ in range(2):
+        for partition in range(partitions):
+            p.produce(
+                topic,
+                value=b"%d-%d" % (round_, partition),
+                partition=partition,
+                on_delivery=lambda e, m: errors.append(e),
+            )
+            assert p.flush(T) == 0
+        if round_ == 0:
+            time.sleep(2.5)  # every partition quiet for longer than the lag time
+            for partition in range(partitions):
+                assert isr_of(cluster, topic, partition) == [1, 2, 3]
+    assert errors == [None] * (2 * partitions)
+    values = sorted(m.value() for m in read_all(cluster.bootstrap, topic, partitions, 16))
+    assert values == sorted(b"%d-%d" % (r, n) for r in range(2) for n in range(partitions))
