@@ -339,7 +339,7 @@ class ReplicaManager:
         proposal = partition.isr_proposal(self.settings.lag_time_max_ms, ineligible)
         if proposal is None:
             return
-        partition.isr_change_pending = True
+        partition.isr_proposed(proposal)
         current = partition.state
         state = PartitionState(
             current.leader, current.leader_epoch, proposal, self._controller_epoch(partition)
@@ -373,10 +373,10 @@ class ReplicaManager:
                 self.isr_expands += 1
         except StaleVersion as exc:
             log.info("%s-%d: ISR change lost to a newer state: %s", topic, index, exc)
-            partition.isr_change_pending = False
+            partition.isr_proposed(None)
         except (MetadataStoreError, Exception) as exc:  # ZooKeeper away: try again later
             log.warning("%s-%d: cannot write the ISR change: %r", topic, index, exc)
-            partition.isr_change_pending = False
+            partition.isr_proposed(None)
 
     def leader_logs(self) -> list[PartitionLog]:
         return [p.log for p in self.partitions.values() if p.role is Role.LEADER]

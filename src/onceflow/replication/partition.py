@@ -64,7 +64,10 @@ class Partition:
         self.role = Role.OFFLINE
         self.state = LeaderAndIsr(-1, -1, (), (), -1)
         self.progress: dict[int, ReplicaProgress] = {}
-        self.isr_change_pending = False
+        # An ISR this leader proposed and has not seen applied yet (Kafka's pending
+        # AlterPartition): the high watermark counts its members too, see
+        # maybe_advance_high_watermark.
+        self.proposed_isr: tuple[int, ...] | None = None
         self.min_insync_replicas = 1  # the topic's min.insync.replicas, set by the owner
         # The replication throttles this replica counts against when its topic lists it
         # (set by the owner): as leader, its sends to followers outside the ISR; as a
@@ -87,6 +90,17 @@ class Partition:
     @property
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
+
+    @property
+    def isr_change_pending(self) -> bool:
+        return self.proposed_isr is not None
+
+    def isr_proposed(self, isr: tuple[int, ...] | None) -> None:
+        """An ISR change was sent to the controller's store (None: it failed, or lost to a
+        newer state): until the new state comes back, the high watermark waits for the
+        members of both."""
+        self.proposed_isr = isr
+        self.maybe_advance_high_watermark()
 
     @property
     def leading(self) -> bool:
@@ -115,9 +129,10 @@ class Partition:
             for r in state.replicas:
                 if r != self.local_id:
                     self.progress.setdefault(r, ReplicaProgress(-1, now))
+        if new_term or state.version > self.state.version:
+            self.proposed_isr = None  # a newer state: the proposal's or a later one
         self.role = Role.LEADER
         self.state = state
-        self.isr_change_pending = False
         self.maybe_advance_high_watermark()
         self._check_waiters()
         return new_term
@@ -132,7 +147,7 @@ class Partition:
         self.role = Role.FOLLOWER
         self.state = state
         self.progress = {}
-        self.isr_change_pending = False
+        self.proposed_isr = None
         self.log.leader_epoch = state.leader_epoch
         self._fail_waiters(ErrorCode.not_leader_or_follower)
         return changed
@@ -185,7 +200,13 @@ class Partition:
         if self.role is not Role.LEADER:
             return False
         candidate = self.local_end()
-        for replica in self.state.isr:
+        # Kafka's maximal ISR (KIP-497): a follower whose return is proposed may be in the
+        # controller's ISR already, and so be elected; everything acknowledged must be on
+        # it too, whatever this leader's ISR still says.
+        members = self.state.isr
+        if self.proposed_isr is not None:
+            members = (*members, *(r for r in self.proposed_isr if r not in members))
+        for replica in members:
             if replica == self.local_id:
                 continue
             progress = self.progress.get(replica)
