@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.types import ProducerId
 from kio.static.primitive import i16
@@ -153,6 +154,30 @@ def test_retry_in_one_connection_pipeline_keeps_order(
     contents = read_partition(bs, topic, 0)
     assert contents.high_watermark == 15
     assert [r.sequence for r in contents.records] == list(range(15))
+
+
+def test_an_answer_ready_at_once_waits_behind_one_waiting_for_the_disk(
+    shared_broker: BrokerProcess, conn: RawConnection
+) -> None:
+    """Produce requests (answered once fsynced) and ApiVersions (answered at once, by the
+    request processor itself when nothing is ahead of it) in one pipeline: every answer
+    leaves in request order, the quick ones never overtaking a produce still waiting."""
+    topic = create_topic(shared_broker.bootstrap)
+    pid = init_producer_id(conn)
+    sent: list[tuple[int, int]] = []  # (api key, correlation id)
+    for n in range(4):
+        sent.append((0, conn.send_request(produce_request(topic, {0: batch(pid, 0, n)}))))
+        versions = ApiVersionsRequest(
+            client_software_name="order-test", client_software_version="1"
+        )
+        sent.append((18, conn.send_request(versions)))
+    for api_key, corr in sent:  # read_response checks the correlation id of each
+        if api_key == 0:
+            resp = conn.read_response(0, 8, corr)
+            (part,) = resp.responses[0].partition_responses
+            assert part.error_code.value == NONE
+        else:
+            assert conn.read_response(18, 3, corr).error_code.value == NONE
 
 
 # ---- rejected batches ------------------------------------------------------------------------
