@@ -316,7 +316,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write_responses(self) -> None:
         loop = asyncio.get_running_loop()
-        metrics = self.broker.metrics
         while True:
             self._writing = False
             header, result, started = await self._responses.get()
@@ -329,12 +328,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.abort("internal error")
                     return
             try:
-                head = codec.response_header(
-                    header.api_key, header.api_version, header.correlation_id
-                )
-                parts: list[Any] = (
-                    result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
-                )
+                head, parts = _encoded(header, result)
             except Exception:
                 # A response its schema refuses is a broker bug: say so and close, rather
                 # than leave the client waiting for an answer that never comes.
@@ -342,13 +336,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.abort("internal error")
                 return
             sent = await self._send(loop, head, parts)
-            self._in_flight -= 1
-            if metrics is not None:
-                metrics.request_done(header.api_key, started, result, sent)
-            if self.auth is not None and self.auth.failed:
-                # Kafka answers a failed authentication, then closes the connection.
-                assert self.transport is not None
-                self.transport.close()
+            if self._answered(header, started, result, sent):
                 return
 
     def _write_now(self, header: codec.RequestHeader, result: Any, started: float) -> bool:
@@ -364,31 +352,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ):
             return False
         try:
-            head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
-            parts: list[Any] = (
-                result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
-            )
+            head, parts = _encoded(header, result)
         except Exception:
             return False  # the writer encodes it again, says why it fails and closes
         if any(isinstance(p, FileRegion) and p.size >= SENDFILE_MIN_BYTES for p in parts):
             return False  # sendfile waits for the socket: the writer's job
-        total = len(head) + sum(p.size if isinstance(p, FileRegion) else len(p) for p in parts)
+        total = _body_size(head, parts)
         frame = [size_prefix(total), head]
         frame.extend(p.read() if isinstance(p, FileRegion) else p for p in parts)
         self.transport.write(b"".join(frame))
+        self._answered(header, started, result, total + 4)
+        return True
+
+    def _answered(
+        self, header: codec.RequestHeader, started: float, result: Any, sent: int
+    ) -> bool:
+        """Account for a response on the wire; True when the connection closes after it."""
         self._in_flight -= 1
         metrics = self.broker.metrics
         if metrics is not None:
-            metrics.request_done(header.api_key, started, result, total + 4)
+            metrics.request_done(header.api_key, started, result, sent)
         if self.auth is not None and self.auth.failed:
-            self.transport.close()  # Kafka answers a failed authentication, then closes
-        return True
+            # Kafka answers a failed authentication, then closes the connection.
+            assert self.transport is not None
+            self.transport.close()
+            return True
+        return False
 
     async def _send(self, loop: asyncio.AbstractEventLoop, head: bytes, parts: list[Any]) -> int:
         """Write one response; returns its size on the wire."""
         transport = self.transport
         assert transport is not None
-        total = len(head) + sum(p.size if isinstance(p, FileRegion) else len(p) for p in parts)
+        total = _body_size(head, parts)
         pending = [size_prefix(total), head]
         for part in parts:
             if not isinstance(part, FileRegion):
@@ -446,6 +441,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             transport.write(chunk)
             position += want
+
+
+def _encoded(header: codec.RequestHeader, result: Any) -> tuple[bytes, list[Any]]:
+    """A response's header and body parts (a RawBody's parts may hold file regions)."""
+    head = codec.response_header(header.api_key, header.api_version, header.correlation_id)
+    return head, result.parts if isinstance(result, RawBody) else [codec.encode_body(result)]
+
+
+def _body_size(head: bytes, parts: list[Any]) -> int:
+    """The response's size after its length prefix."""
+    return len(head) + sum(p.size if isinstance(p, FileRegion) else len(p) for p in parts)
 
 
 async def _settle(deferred: Deferred) -> Any:
