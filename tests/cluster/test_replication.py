@@ -332,3 +332,45 @@ def test_each_partition_written_while_the_others_are_quiet_is_replicated_at_once
     assert errors == [None] * (2 * partitions)
     values = sorted(m.value() for m in read_all(cluster.bootstrap, topic, partitions, 16))
     assert values == sorted(b"%d-%d" % (r, n) for r in range(2) for n in range(partitions))
+
+
+def test_a_parked_follower_fetch_answers_the_partition_whose_append_woke_it(
+    cluster_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    """A follower's parked session fetch, woken by an append, looks again only at the
+    partitions that woke it and those it read before (handlers/fetch.py), not at all of
+    its session's. With the followers' fetches parked for up to 20 s
+    (replica.fetch.wait.max.ms) and every replica required, each acks=all write to one
+    partition among many idle ones must complete within its 5 s timeout: a woken
+    partition left unread would wait out the 20 s park. (A first record per partition,
+    with no such limit, lets every follower's session take in the new partitions: a fetch
+    parked before the follower learned of one comes back only with an append it watches.)
+    """
+    cluster: Cluster = cluster_factory(
+        3, overrides={"min.insync.replicas": "3", "replica.fetch.wait.max.ms": "20000"}
+    )
+    partitions = 8
+    topic = create_topic(cluster.bootstrap, partitions=partitions, replication_factor=3)
+    settings = {"acks": "all", "enable.idempotence": True}
+    first = producer(cluster.bootstrap, **settings, **{"message.timeout.ms": 120_000})
+    for partition in range(partitions):
+        first.produce(topic, value=b"first-%d" % partition, partition=partition)
+    assert first.flush(120) == 0
+    p = producer(cluster.bootstrap, **settings, **{"message.timeout.ms": 5_000})
+    errors: list[KafkaError | None] = []
+    order = (*range(partitions), 0, 0)  # the same partition again, at once
+    for round_ in range(3):
+        for partition in order:
+            p.produce(
+                topic,
+                value=b"%d-%d" % (round_, partition),
+                partition=partition,
+                on_delivery=lambda e, m: errors.append(e),
+            )
+            assert p.flush(T) == 0
+    assert errors == [None] * (3 * len(order))
+    values = sorted(m.value() for m in read_all(cluster.bootstrap, topic, partitions, 38))
+    assert values == sorted(
+        [b"%d-%d" % (r, n) for r in range(3) for n in order]
+        + [b"first-%d" % n for n in range(partitions)]
+    )

@@ -30,14 +30,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from onceflow.client.aio import AsyncConnection
 from onceflow.client.errors import Unreachable
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
-from onceflow.protocol.codec import build, request_type
+from onceflow.protocol.codec import build, payload_module, request_type
 from onceflow.replication.follower_session import FetchState, FollowerSession, Key
 from onceflow.replication.partition import Partition, Role
 from onceflow.security.client_config import ClientSecurity
@@ -203,9 +202,7 @@ class ReplicaFetcher:
                 asking[key] = (followed, latest)
         if not asking:
             return
-        module = load_payload_module(
-            ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, EntityType.request
-        )
+        module = payload_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, EntityType.request)
         topics: dict[str, list[Any]] = {}
         for (topic, index), (followed, latest) in asking.items():
             topics.setdefault(topic, []).append(
@@ -271,23 +268,39 @@ class ReplicaFetcher:
     # ---- fetching --------------------------------------------------------------------
 
     async def _fetch_round(self) -> bool:
+        # One pass over the partitions followed (dozens on a cluster with internal topics,
+        # on every round): which are ready, what the leader should hold of each, and which
+        # have a tail to flush first.
         now = asyncio.get_running_loop().time()
-        ready = {
-            k: f
-            for k, f in self.partitions.items()
-            if f.truncated and not f.out_of_range and f.retry_at <= now and not _held(f)
-        }
+        ready: dict[Key, _Followed] = {}
+        wanted: dict[Key, FetchState] = {}
+        ids: dict[str, uuid.UUID | None] = {}
+        tails: list[PartitionLog] = []
+        for key, f in self.partitions.items():
+            partition = f.partition
+            if (
+                not f.truncated
+                or f.out_of_range
+                or f.retry_at > now
+                or (partition.follower_throttle is not None and _held(f))
+            ):
+                continue
+            plog = partition.log
+            end = plog.log_end_offset
+            ready[key] = f
+            wanted[key] = (partition.topic_id, f.leader_epoch, end, plog.log_start_offset)
+            ids[key[0]] = partition.topic_id
+            if plog.flushed_offset < end and plog.config.durable:
+                tails.append(plog)
         if not ready:
             return False
         # A fetch offset tells the leader what this replica holds on disk (durable mode):
         # a tail not yet flushed (recovered after a crash, say) is flushed first.
-        for followed in ready.values():
-            plog = followed.partition.log
-            if plog.config.durable and plog.flushed_offset < plog.log_end_offset:
-                self.host.appended(plog)
-                with contextlib.suppress(LogOffline):
-                    await self.host.durable(plog, plog.log_end_offset - 1)
-        version, names, request, sent, forgotten = self._fetch_request(ready)
+        for plog in tails:
+            self.host.appended(plog)
+            with contextlib.suppress(LogOffline):
+                await self.host.durable(plog, plog.log_end_offset - 1)
+        version, names, request, sent, forgotten = self._fetch_request(wanted, ids)
         try:
             response = await self._conn.request(ApiKey.FETCH, version, request)
         except BaseException:
@@ -331,25 +344,16 @@ class ReplicaFetcher:
         return progressed or bool(ready)
 
     def _fetch_request(
-        self, ready: dict[tuple[str, int], _Followed]
+        self, wanted: dict[Key, FetchState], ids: dict[str, uuid.UUID | None]
     ) -> tuple[int, dict[uuid.UUID, str], Any, dict[Key, FetchState], list[tuple[Key, FetchState]]]:
         """One Fetch in this fetcher's session (follower_session.py) for the ready
-        partitions: its version, the names of the topic ids asked for, the request, and
-        the partitions it names and forgets. The leader answers an id it does not know (a
-        deleted topic, whatever has its name now) with UNKNOWN_TOPIC_ID."""
-        ids = {key[0]: f.partition.topic_id for key, f in ready.items()}
+        partitions (what the leader should hold of each, and their topics' ids): its
+        version, the names of the topic ids asked for, the request, and the partitions it
+        names and forgets. The leader answers an id it does not know (a deleted topic,
+        whatever has its name now) with UNKNOWN_TOPIC_ID."""
         by_id = all(i is not None for i in ids.values())
         version = FETCH_VERSION if by_id else FETCH_BY_NAME_VERSION
-        module = load_payload_module(ApiKey.FETCH, version, EntityType.request)
-        wanted: dict[Key, FetchState] = {
-            key: (
-                f.partition.topic_id,
-                f.leader_epoch,
-                f.partition.log.log_end_offset,
-                f.partition.log.log_start_offset,
-            )
-            for key, f in ready.items()
-        }
+        module = payload_module(ApiKey.FETCH, version, EntityType.request)
         sent, forgotten = self._session.plan(version, wanted)
         topics: dict[str, list[Any]] = {}
         for (topic, index), (_, leader_epoch, fetch_offset, log_start) in sent.items():
@@ -425,7 +429,7 @@ class ReplicaFetcher:
         asking = {k: f for k, f in self.partitions.items() if f.out_of_range and f.retry_at <= now}
         if not asking:
             return
-        module = load_payload_module(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, EntityType.request)
+        module = payload_module(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, EntityType.request)
         topics: dict[str, list[Any]] = {}
         for topic, index in asking:
             topics.setdefault(topic, []).append(

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import datetime
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from onceflow.broker.fetch_sessions import (
 )
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
+from onceflow.broker.purgatory import EVERYTHING
 from onceflow.broker.responses import RawBody
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec
@@ -91,21 +92,29 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     if incremental is not None:
         keys = list(incremental.partitions)
     denied = _denied_topics(ctx, list({name for name, _ in keys}), replica)
+    # A session's later passes look at what the last pass read and what woke this fetch
+    # (an append wakes it): on a follower's session of dozens of partitions, one or two.
+    # A pass after a timeout or a wake of all waiters looks at every partition again.
+    looked_at: set[PartitionKey] | None = None
+    woken: set[PartitionKey] = set()
     while True:
         if incremental is not None:
-            topics = _session_reads(ctx, incremental, named)
+            topics, news = _session_reads(ctx, incremental, named, looked_at)
             named = set()  # what it named is recorded now: later passes read only news
         reads, total, failed = _read_all(ctx, request, topics, replica, denied)
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
-        waiter = purgatory.watch(keys)
+        woken.clear()
+        waiter = purgatory.watch(keys, woken)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), remaining / 1000)
         except TimeoutError:
             pass
         finally:
             purgatory.forget(keys, waiter)
+        if incremental is not None:
+            looked_at = None if not woken or EVERYTHING in woken else news | woken
     errors = (
         tuple(r.error for rs in reads for r in rs if r.error is not ErrorCode.none)
         if failed
@@ -118,21 +127,31 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _session_reads(
-    ctx: RequestContext, session: FetchSession, named: set[PartitionKey]
-) -> list[Topic]:
-    """The partitions of an incremental session fetch to read in this pass: those the
-    request named (a new fetch offset or log start to record) and those with news for the
-    follower. A quiet one, with its follower in the ISR at the log end and told its high
-    watermark, LSO and log start, is only noted as caught up: reading it would find no
-    records and answer nothing, and on a cluster most of a session's partitions are quiet
-    on most fetches."""
+    ctx: RequestContext,
+    session: FetchSession,
+    named: set[PartitionKey],
+    only: set[PartitionKey] | None = None,
+) -> tuple[list[Topic], set[PartitionKey]]:
+    """The partitions of an incremental session fetch to read in this pass (as topics, and
+    their keys): those the request named (a new fetch offset or log start to record) and
+    those with news for the follower, among `only` if given. A quiet one, with its
+    follower in the ISR at the log end and told its high watermark, LSO and log start, is
+    only noted as caught up: reading it would find no records and answer nothing, and on
+    a cluster most of a session's partitions are quiet on most fetches."""
     broker = ctx.broker
     now_ms = broker.clock.now_ms()
     topics: dict[str, tuple[Any, list[Any]]] = {}
-    for key, entry in session.partitions.items():
+    read: set[PartitionKey] = set()
+    partitions = session.partitions
+    if only is None:
+        candidates: Iterable[tuple[PartitionKey, SessionPartition]] = partitions.items()
+    else:
+        candidates = ((key, partitions[key]) for key in only if key in partitions)
+    for key, entry in candidates:
         if key in named or not _quiet(broker, key, entry, session.replica, now_ms):
             topics.setdefault(key[0], (entry.topic_id, []))[1].append(entry.fetch)
-    return [(name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()]
+            read.add(key)
+    return [(name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()], read
 
 
 def _quiet(
