@@ -83,6 +83,7 @@ def build(cls: Any, **fields: Any) -> Any:
     return cls(**{k: v for k, v in fields.items() if k in names})
 
 
+@cache
 def nested(api_key: int, api_version: int, name: str) -> Any:
     """A nested response entity class, e.g. nested(FETCH, 11, "PartitionData")."""
     return getattr(response_module(api_key, api_version), name)
