@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from onceflow.client.wire import encode_request_body
 from onceflow.clock import ManualClock
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
-from onceflow.protocol.codec import build, nested, response_type
+from onceflow.protocol.codec import build, decode_request, nested, response_type
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
 from onceflow.replication.fetcher import FetcherSettings, ReplicaFetcher
@@ -138,6 +139,8 @@ class ScriptedLeader:
                 ),
             )
         assert api_key == ApiKey.FETCH
+        # The follower packs its Fetch (protocol/follower_fetch.py): read as a leader would.
+        _, body = decode_request(encode_request_body(api_key, version, 1, "follower", body)[4:])
         asked = body.topics[0].partitions[0]
         self.fetched.append((int(asked.fetch_offset), int(asked.log_start_offset)))
         await asyncio.sleep(0.01)

@@ -46,7 +46,10 @@ class AsyncConnection:
     async def request(self, api_key: int, version: int, body: Any) -> Any:
         """The response to one request at a version the caller chose."""
         try:
-            return await asyncio.wait_for(self._request(api_key, version, body), self.timeout_s)
+            # A timeout scope, not wait_for: no task per request (a follower sends one per
+            # fetch round).
+            async with asyncio.timeout(self.timeout_s):
+                return await self._request(api_key, version, body)
         except SaslFailure as exc:
             self.close()
             raise Unreachable(

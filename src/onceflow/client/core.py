@@ -30,6 +30,7 @@ from onceflow.client.wire import (
     api_name,
     decode_response,
     encode_request,
+    encode_request_body,
     encode_request_parts,
     lenient_schema,
 )
@@ -122,6 +123,8 @@ class ConnectionCore:
         """The whole frame of the next request; its response is the next one read."""
         self._correlation += 1
         self._pending = (api_key, version, self._correlation)
+        if isinstance(body, bytes):  # encoded already (protocol/follower_fetch.py)
+            return encode_request_body(api_key, version, self._correlation, self.client_id, body)
         return encode_request(api_key, version, self._correlation, self.client_id, body)
 
     def request_parts(

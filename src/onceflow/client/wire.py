@@ -35,6 +35,7 @@ __all__ = [
     "decode_response",
     "encode",
     "encode_request",
+    "encode_request_body",
     "encode_request_parts",
     "lenient_schema",
     "placeholder",
@@ -82,6 +83,25 @@ def encode_request(
     buf.write(bytes(SIZE.size))
     entity_writer(header_cls)(buf, header)
     entity_writer(type(request))(buf, request)
+    SIZE.pack_into(buf.getbuffer(), 0, buf.tell() - SIZE.size)
+    return buf.getvalue()
+
+
+def encode_request_body(
+    api_key: int, version: int, correlation_id: int, client_id: str, body: bytes
+) -> bytes:
+    """One whole request frame around a body already encoded (protocol/follower_fetch.py)."""
+    header_cls = RequestHeaderV2 if request_type(api_key, version).__flexible__ else RequestHeaderV1
+    header = header_cls(
+        request_api_key=i16(api_key),
+        request_api_version=i16(version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    buf = io.BytesIO()
+    buf.write(bytes(SIZE.size))
+    entity_writer(header_cls)(buf, header)
+    buf.write(body)
     SIZE.pack_into(buf.getbuffer(), 0, buf.tell() - SIZE.size)
     return buf.getvalue()
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import uuid
 from collections.abc import Awaitable
@@ -35,6 +34,7 @@ from kio.static.constants import EntityType
 from onceflow.client.aio import AsyncConnection
 from onceflow.client.errors import Unreachable
 from onceflow.errors import ErrorCode, KafkaError
+from onceflow.protocol import follower_fetch
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, payload_module, request_type
 from onceflow.replication.follower_session import FetchState, FollowerSession, Key
@@ -353,47 +353,36 @@ class ReplicaFetcher:
         whatever has its name now) with UNKNOWN_TOPIC_ID."""
         by_id = all(i is not None for i in ids.values())
         version = FETCH_VERSION if by_id else FETCH_BY_NAME_VERSION
-        module = payload_module(ApiKey.FETCH, version, EntityType.request)
         sent, forgotten = self._session.plan(version, wanted)
-        topics: dict[str, list[Any]] = {}
+        max_bytes = self.settings.partition_max_bytes
+        topics: dict[str, list[follower_fetch.FetchPartition]] = {}
         for (topic, index), (_, leader_epoch, fetch_offset, log_start) in sent.items():
+            # No diverging-epoch answers (KIP-595, last fetched epoch -1): truncation is
+            # done beforehand, by OffsetsForLeaderEpoch, at every new leader epoch.
             topics.setdefault(topic, []).append(
-                build(
-                    module.FetchPartition,
-                    partition=index,
-                    current_leader_epoch=leader_epoch,
-                    fetch_offset=fetch_offset,
-                    # No diverging-epoch answers (KIP-595): truncation is done beforehand,
-                    # by OffsetsForLeaderEpoch, at every new leader epoch.
-                    last_fetched_epoch=-1,
-                    log_start_offset=log_start,
-                    partition_max_bytes=self.settings.partition_max_bytes,
+                follower_fetch.FetchPartition(
+                    index, leader_epoch, fetch_offset, log_start, max_bytes
                 )
             )
         forgetting: dict[str, tuple[uuid.UUID | None, list[int]]] = {}
         for (topic, index), (topic_id, _, _, _) in forgotten:
             forgetting.setdefault(topic, (topic_id, []))[1].append(index)
-        # v15+ (KIP-903) names the follower in ReplicaState; no broker epoch (-1) here.
-        state = build(module.ReplicaState, replica_id=self.local_id) if version >= 15 else None
-        request = build(
-            request_type(ApiKey.FETCH, version),
-            replica_id=self.local_id,
-            replica_state=state,
-            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
-            min_bytes=1,
-            max_bytes=self.settings.max_bytes,
-            isolation_level=0,
-            session_id=self._session.id,
-            session_epoch=self._session.epoch,
-            topics=tuple(
-                build(module.FetchTopic, topic=t, topic_id=ids[t], partitions=tuple(ps))
-                for t, ps in topics.items()
+        request = follower_fetch.encode_body(
+            version,
+            follower_fetch.FollowerFetch(
+                replica_id=self.local_id,
+                max_wait_ms=self.settings.max_wait_ms,
+                max_bytes=self.settings.max_bytes,
+                session_id=self._session.id,
+                session_epoch=self._session.epoch,
+                topics=tuple(
+                    follower_fetch.FetchTopic(t, ids[t], tuple(ps)) for t, ps in topics.items()
+                ),
+                forgotten=tuple(
+                    follower_fetch.ForgottenTopic(t, i, tuple(ps))
+                    for t, (i, ps) in forgetting.items()
+                ),
             ),
-            forgotten_topics_data=tuple(
-                build(module.ForgottenTopic, topic=t, topic_id=i, partitions=tuple(ps))
-                for t, (i, ps) in forgetting.items()
-            ),
-            rack_id="",
         )
         names = {topic_id: name for name, topic_id in ids.items() if topic_id is not None}
         return version, names, request, sent, forgotten
