@@ -71,27 +71,25 @@ def encode(entity: Any) -> bytes:
 def encode_request(
     api_key: int, version: int, correlation_id: int, client_id: str, request: Any
 ) -> bytes:
-    """One whole request frame, size prefix included."""
-    header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
-    header = header_cls(
-        request_api_key=i16(api_key),
-        request_api_version=i16(version),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
+    """One whole request frame, size prefix included (its header v2 if the request's
+    schema is flexible, else v1)."""
+    return _framed(
+        api_key, version, correlation_id, client_id, request.__flexible__, encode(request)
     )
-    buf = io.BytesIO()
-    buf.write(bytes(SIZE.size))
-    entity_writer(header_cls)(buf, header)
-    entity_writer(type(request))(buf, request)
-    SIZE.pack_into(buf.getbuffer(), 0, buf.tell() - SIZE.size)
-    return buf.getvalue()
 
 
 def encode_request_body(
     api_key: int, version: int, correlation_id: int, client_id: str, body: bytes
 ) -> bytes:
     """One whole request frame around a body already encoded (protocol/follower_fetch.py)."""
-    header_cls = RequestHeaderV2 if request_type(api_key, version).__flexible__ else RequestHeaderV1
+    flexible = request_type(api_key, version).__flexible__
+    return _framed(api_key, version, correlation_id, client_id, flexible, body)
+
+
+def _framed(
+    api_key: int, version: int, correlation_id: int, client_id: str, flexible: bool, body: bytes
+) -> bytes:
+    header_cls = RequestHeaderV2 if flexible else RequestHeaderV1
     header = header_cls(
         request_api_key=i16(api_key),
         request_api_version=i16(version),

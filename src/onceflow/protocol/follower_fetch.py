@@ -15,6 +15,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from onceflow.protocol.compact import compact_length, uvarint
+
 LOWEST, HIGHEST = 12, 17
 _TOP_BEFORE_15 = struct.Struct(">iiiibii")  # replica id, then as below
 _TOP = struct.Struct(">iiibii")  # max wait, min bytes, max bytes, isolation, session, epoch
@@ -73,10 +75,10 @@ def encode_body(version: int, fetch: FollowerFetch) -> bytes:
         out += _TOP.pack(
             fetch.max_wait_ms, 1, fetch.max_bytes, 0, fetch.session_id, fetch.session_epoch
         )
-    out += _count(len(fetch.topics))
+    out += compact_length(len(fetch.topics))
     for topic in fetch.topics:
         _topic_key(out, version, topic.name, topic.topic_id)
-        out += _count(len(topic.partitions))
+        out += compact_length(len(topic.partitions))
         for p in topic.partitions:
             out += _PARTITION.pack(
                 p.index, p.leader_epoch, p.fetch_offset, _NO_LAST_FETCHED_EPOCH,
@@ -84,10 +86,10 @@ def encode_body(version: int, fetch: FollowerFetch) -> bytes:
             )  # fmt: skip
             out += _NO_TAGS
         out += _NO_TAGS
-    out += _count(len(fetch.forgotten))
+    out += compact_length(len(fetch.forgotten))
     for gone in fetch.forgotten:
         _topic_key(out, version, gone.name, gone.topic_id)
-        out += _count(len(gone.partitions))
+        out += compact_length(len(gone.partitions))
         for index in gone.partitions:
             out += _I32.pack(index)
         out += _NO_TAGS
@@ -96,7 +98,7 @@ def encode_body(version: int, fetch: FollowerFetch) -> bytes:
         out += _NO_TAGS
     else:  # one tagged field: ReplicaState (tag 1), its own tag buffer empty
         state = _REPLICA_STATE.pack(fetch.replica_id, -1) + _NO_TAGS
-        out += b"\x01\x01" + _uvarint(len(state)) + state
+        out += b"\x01\x01" + uvarint(len(state)) + state
     return bytes(out)
 
 
@@ -105,19 +107,5 @@ def _topic_key(out: bytearray, version: int, name: str, topic_id: uuid.UUID | No
         out += (topic_id or uuid.UUID(int=0)).bytes
     else:
         raw = name.encode()
-        out += _count(len(raw))
+        out += compact_length(len(raw))
         out += raw
-
-
-def _count(n: int) -> bytes:
-    """A compact array's count or string's length: n + 1 as an unsigned varint."""
-    return _uvarint(n + 1)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

@@ -37,6 +37,7 @@ from onceflow.broker.purgatory import EVERYTHING
 from onceflow.broker.responses import RawBody
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec
+from onceflow.protocol.compact import compact_length
 from onceflow.security.acl import AclOperation, ResourceType
 from onceflow.storage.indexes import AbortedTxn
 from onceflow.storage.partition_log import FileRegion, PartitionLog
@@ -400,7 +401,7 @@ def _encode(
     key = ctx.header.api_key
     flexible = version >= 12
     cut = 2 if flexible else 4  # compact empty array/bytes + tag buffer, or an int32
-    count = _uvarint_plus_one if flexible else _I32.pack
+    count = compact_length if flexible else _I32.pack
     tags = b"\x00" if flexible else b""
     # The top and each topic up to their arrays, packed here like the partitions below.
     top = _I32.pack(0)  # throttle time: a quota sets it later (throttling.with_throttle)
@@ -419,7 +420,7 @@ def _encode(
             parts.append(codec.encode_body(head)[:-cut])
         else:
             raw = name.encode()
-            parts.append((_uvarint_plus_one(len(raw)) if flexible else _I16.pack(len(raw))) + raw)
+            parts.append((compact_length(len(raw)) if flexible else _I16.pack(len(raw))) + raw)
         parts.append(count(len(topic_reads)))
         for read in topic_reads:
             if read.aborted is None and read.leader is None and read.diverging is None:
@@ -462,7 +463,7 @@ def _encode(
                 parts.append(read.region)
             else:
                 # A region is never sent with a diverging epoch, so the tag buffer is empty.
-                parts.append(encoded[:-2] + _uvarint_plus_one(read.region.size))
+                parts.append(encoded[:-2] + compact_length(read.region.size))
                 parts.append(read.region)
                 parts.append(tags)
         if flexible:
@@ -500,7 +501,7 @@ def _plain_partition(version: int, read: _PartitionRead) -> list[Any]:
         )
     size = read.region.size if read.region is not None else 0
     if version >= 12:  # flexible: compact null array, compact bytes, empty tag buffers
-        head += b"\x00" + _NO_READ_REPLICA + _uvarint_plus_one(size)
+        head += b"\x00" + _NO_READ_REPLICA + compact_length(size)
         return [head, read.region, b"\x00"] if read.region is not None else [head + b"\x00"]
     head += _NULL_ARRAY + (_NO_READ_REPLICA if version >= 11 else b"") + _I32.pack(size)
     return [head, read.region] if read.region is not None else [head]
@@ -520,14 +521,3 @@ def _top_tags(ctx: RequestContext, leaders: set[int]) -> bytes:
     without = codec.encode_body(top)
     with_endpoints = codec.encode_body(dataclasses.replace(top, node_endpoints=endpoints))
     return with_endpoints[len(without) - 1 :]
-
-
-def _uvarint_plus_one(n: int) -> bytes:
-    """A compact array count or bytes length: n+1 as an unsigned varint."""
-    n += 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
