@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         generator.start()
         say(f"generating {args.payments} payments in transactions, some aborted on purpose")
         job = start_job(bootstrap, checkpoint, workdir / "job.log")
-        say("Spark job started (local[2]); waiting for its first micro-batches")
+        say("Spark job started (local[2,4]); waiting for its first micro-batches")
         first_kill_after = 2
         if cluster is not None:
             broker_kill = crash_coordinator(

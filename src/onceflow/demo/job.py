@@ -36,7 +36,9 @@ def build_spark(app: str = "onceflow-payments") -> Any:
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        # Up to 4 attempts per task, as Spark's own default on a cluster
+        # (spark.task.maxFailures); plain local[2] never retries one.
+        SparkSession.builder.master("local[2,4]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

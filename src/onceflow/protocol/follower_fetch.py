@@ -25,6 +25,11 @@ _REPLICA_STATE = struct.Struct(">iq")  # replica id, broker epoch (-1: none)
 _I32 = struct.Struct(">i")
 _NO_TAGS = b"\x00"
 _NO_LAST_FETCHED_EPOCH = -1  # truncation is done by OffsetsForLeaderEpoch beforehand
+# What a follower always asks: an answer as soon as one byte is there, records up to the log
+# end (read_uncommitted), and no rack.
+_MIN_BYTES = 1
+_READ_UNCOMMITTED = 0
+_NO_RACK = b"\x01"  # "" as a compact string
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +73,14 @@ def encode_body(version: int, fetch: FollowerFetch) -> bytes:
     out = bytearray()
     if version < 15:
         out += _TOP_BEFORE_15.pack(
-            fetch.replica_id, fetch.max_wait_ms, 1, fetch.max_bytes, 0,
-            fetch.session_id, fetch.session_epoch,
+            fetch.replica_id, fetch.max_wait_ms, _MIN_BYTES, fetch.max_bytes,
+            _READ_UNCOMMITTED, fetch.session_id, fetch.session_epoch,
         )  # fmt: skip
     else:
         out += _TOP.pack(
-            fetch.max_wait_ms, 1, fetch.max_bytes, 0, fetch.session_id, fetch.session_epoch
-        )
+            fetch.max_wait_ms, _MIN_BYTES, fetch.max_bytes, _READ_UNCOMMITTED,
+            fetch.session_id, fetch.session_epoch,
+        )  # fmt: skip
     out += compact_length(len(fetch.topics))
     for topic in fetch.topics:
         _topic_key(out, version, topic.name, topic.topic_id)
@@ -93,7 +99,7 @@ def encode_body(version: int, fetch: FollowerFetch) -> bytes:
         for index in gone.partitions:
             out += _I32.pack(index)
         out += _NO_TAGS
-    out += b"\x01"  # rack id: "" as a compact string
+    out += _NO_RACK
     if version < 15:
         out += _NO_TAGS
     else:  # one tagged field: ReplicaState (tag 1), its own tag buffer empty
