@@ -508,6 +508,12 @@ def test_cross_key_rules() -> None:
         )
     with pytest.raises(ConfigError, match=r"broker\.id"):
         load(overrides={"node.id": "1", "broker.id": "2"})
+    # Kafka's: a follower's fetch is parked no longer than its lag time or socket timeout.
+    with pytest.raises(ConfigError, match=r"replica\.fetch\.wait\.max\.ms.*replica\.lag"):
+        load(overrides={"replica.fetch.wait.max.ms": "2000", "replica.lag.time.max.ms": "1000"})
+    with pytest.raises(ConfigError, match=r"replica\.fetch\.wait\.max\.ms.*socket"):
+        load(overrides={"replica.fetch.wait.max.ms": "2000", "replica.socket.timeout.ms": "1000"})
+    load(overrides={"replica.fetch.wait.max.ms": "1000", "replica.lag.time.max.ms": "1000"})
     with pytest.raises(ConfigError, match="listeners"):
         load(
             overrides={"listeners": "CONTROLLER://:9093", "controller.listener.names": "CONTROLLER"}

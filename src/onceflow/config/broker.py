@@ -25,7 +25,7 @@ from onceflow.config.groups import GroupKeys, check_consumer_group_timeouts, che
 from onceflow.config.kinds import Listener
 from onceflow.config.log import LogKeys, check_compaction_lag
 from onceflow.config.quotas import QuotaKeys
-from onceflow.config.replication import ReplicationKeys
+from onceflow.config.replication import ReplicationKeys, check_replica_fetch_wait
 from onceflow.config.security import SASL_MECHANISMS, SecurityKeys
 from onceflow.config.server import ServerKeys, check_listeners
 from onceflow.config.share import ShareKeys, check_share_bounds
@@ -247,6 +247,7 @@ _BROKER_RULES: tuple[Callable[[BrokerConfig], None], ...] = (
     check_consumer_group_timeouts,
     check_share_bounds,
     check_compaction_lag,
+    check_replica_fetch_wait,
     _check_standalone,
 )
 

@@ -16,7 +16,7 @@ from onceflow.config.kinds import (
     STRING,
     between,
 )
-from onceflow.config.spec import key
+from onceflow.config.spec import invalid, key
 
 
 @dataclass(frozen=True)
@@ -131,3 +131,17 @@ class ReplicationKeys:
         "min.insync.replicas of __transaction_state.",
     )
     # fmt: on
+
+
+def check_replica_fetch_wait(cfg: ReplicationKeys) -> None:
+    """Kafka's bounds of a follower's parked fetch: a leader holds it no longer than the
+    follower's socket timeout (else the follower times out for nothing) nor than the lag
+    time (a quiet partition's follower is noted caught up at each of its fetches; parked
+    longer, it would leave the ISR)."""
+    wait = cfg.replica_fetch_wait_max_ms
+    for name, bound in (
+        ("replica.socket.timeout.ms", cfg.replica_socket_timeout_ms),
+        ("replica.lag.time.max.ms", cfg.replica_lag_time_max_ms),
+    ):
+        if wait > bound:
+            raise invalid("replica.fetch.wait.max.ms", str(wait), f"at most {name} ({bound})")
