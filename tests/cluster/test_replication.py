@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from tests.helpers.clients import consumer, create_topic, drain, producer
 from tests.helpers.cluster import Cluster, cluster_factory
@@ -79,6 +81,21 @@ class Workload:
         while len(self.acked) < n:
             assert time.monotonic() < deadline, f"only {len(self.acked)} of {n} acknowledged"
             time.sleep(0.05)
+
+
+def write_one_at_a_time(
+    p: Producer, topic: str, round_: int, partitions: Iterable[int], errors: list[Any]
+) -> None:
+    """One record b"<round>-<partition>" to each partition in turn, each flushed before the
+    next is sent; delivery errors (None for a success) are appended to `errors`."""
+    for partition in partitions:
+        p.produce(
+            topic,
+            value=b"%d-%d" % (round_, partition),
+            partition=partition,
+            on_delivery=lambda e, m: errors.append(e),
+        )
+        assert p.flush(T) == 0
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Message]:
@@ -317,14 +334,7 @@ def test_each_partition_written_while_the_others_are_quiet_is_replicated_at_once
     )
     errors: list[KafkaError | None] = []
     for round_ in range(2):
-        for partition in range(partitions):
-            p.produce(
-                topic,
-                value=b"%d-%d" % (round_, partition),
-                partition=partition,
-                on_delivery=lambda e, m: errors.append(e),
-            )
-            assert p.flush(T) == 0
+        write_one_at_a_time(p, topic, round_, range(partitions), errors)
         if round_ == 0:
             time.sleep(2.5)  # every partition quiet for longer than the lag time
             for partition in range(partitions):
@@ -360,14 +370,7 @@ def test_a_parked_follower_fetch_answers_the_partition_whose_append_woke_it(
     errors: list[KafkaError | None] = []
     order = (*range(partitions), 0, 0)  # the same partition again, at once
     for round_ in range(3):
-        for partition in order:
-            p.produce(
-                topic,
-                value=b"%d-%d" % (round_, partition),
-                partition=partition,
-                on_delivery=lambda e, m: errors.append(e),
-            )
-            assert p.flush(T) == 0
+        write_one_at_a_time(p, topic, round_, order, errors)
     assert errors == [None] * (3 * len(order))
     values = sorted(m.value() for m in read_all(cluster.bootstrap, topic, partitions, 38))
     assert values == sorted(
