@@ -36,7 +36,7 @@ class ConsoleProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def start(self) -> ConsoleProcess:
+    def start(self, attempts: int = 3) -> ConsoleProcess:
         cmd = [sys.executable, "-m", "onceflow.cli.main", "console"]
         cmd += ["--bootstrap-server", self.bootstrap, "--listen", f"127.0.0.1:{self.port}"]
         cmd += ["--timeout-ms", str(CALL_TIMEOUT_MS), *self.extra]
@@ -52,6 +52,11 @@ class ConsoleProcess:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "address already in use" in self.log() and attempts > 1:
+                    # The free port was taken between free_port() and the console's bind
+                    # (a broker or a client on the other test worker): another one.
+                    self.port = free_port()
+                    return self.start(attempts - 1)
                 raise AssertionError(
                     f"the console exited with {self.proc.returncode}:\n{self.log()}"
                 )

@@ -162,7 +162,9 @@ class GroupMember:
         return {int(p) for p in re.findall(r"\[(\d+)\]", lines[-1])}
 
     def records(self) -> list[tuple[int, int, str]]:
-        rows = [line.split(" ", 2) for line in self.out.read_text().splitlines()]
+        text = self.out.read_text()
+        # Whole lines only: kcat may be writing the last one as it is read.
+        rows = [line.split(" ", 2) for line in text[: text.rfind("\n") + 1].splitlines()]
         return [(int(p), int(o), v) for p, o, v in rows]
 
     def stop(self) -> None:
