@@ -20,12 +20,12 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.serial.writers import write_unsigned_varint
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i64, uvarint
+from kio.static.primitive import i16, i32, i64
 
 from onceflow.protocol.api_versions import ApiKey
 from onceflow.protocol.codec import build, payload_module, request_type
+from onceflow.protocol.compact import compact_length
 
 __all__ = [
     "SIZE",
@@ -153,11 +153,7 @@ def encode_request_parts(
 
 def _length(n: int, flexible: bool) -> bytes:
     """A bytes field's length: int32, or when flexible a compact length (n + 1, varint)."""
-    if not flexible:
-        return SIZE.pack(n)
-    buf = io.BytesIO()
-    write_unsigned_varint(buf, uvarint(n + 1))
-    return buf.getvalue()
+    return compact_length(n) if flexible else SIZE.pack(n)
 
 
 def decode_response(api_key: int, cls: Any, frame: bytes, correlation_id: int) -> Any:
