@@ -27,12 +27,14 @@ __all__ = [
 ]
 
 # Applied to every test broker unless a test overrides them: no 3 s wait before the first
-# rebalance of a new group (Kafka's default would slow every group test down), and a 64 MiB
+# rebalance of a new group (Kafka's default would slow every group test down), a 64 MiB
 # free-space threshold instead of 1 GiB, so a CI machine short of disk still runs the suite
-# (the tests write far less; the disk-full tests set their own).
+# (the tests write far less; the disk-full tests set their own), and a 64 KiB ballast: the
+# default 16 MiB, in each of the suite's thousand-odd data dirs, filled a shared disk.
 TEST_DEFAULT_OVERRIDES: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "onceflow.log.dir.min.free.bytes": str(64 << 20),
+    "onceflow.log.dir.ballast.bytes": str(64 << 10),
 }
 
 START_TIMEOUT_S = 30.0

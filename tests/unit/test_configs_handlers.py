@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
+from tests.unit.test_handler_authorization import SMALL_DISK_FOOTPRINT
 
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.base import RequestContext
@@ -94,7 +95,11 @@ async def alter(
 
 def run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], **config: Any) -> None:
     async def main() -> None:
-        settings = {"offsets_topic_num_partitions": 1, "transaction_state_log_num_partitions": 1}
+        settings = {
+            "offsets_topic_num_partitions": 1,
+            "transaction_state_log_num_partitions": 1,
+            **SMALL_DISK_FOOTPRINT,
+        }
         broker_config = BrokerConfig(log_dirs=(str(tmp_path / "data"),), **(settings | config))
         broker = Broker(broker_config, clock=ManualClock())
         await broker.start()

@@ -97,6 +97,14 @@ class FakeAuthorizer:
         return (operation, resource_type) in self.any_grants
 
 
+# As the test brokers' (tests/helpers/broker.py): a 64 KiB ballast instead of 16 MiB in
+# each test's data dir, and a 64 MiB free-space threshold instead of 1 GiB.
+SMALL_DISK_FOOTPRINT = {
+    "onceflow_log_dir_ballast_bytes": 64 << 10,
+    "onceflow_log_dir_min_free_bytes": 64 << 20,
+}
+
+
 class Harness:
     def __init__(self, broker: Broker, clock: ManualClock) -> None:
         self.broker = broker
@@ -140,7 +148,11 @@ class Harness:
 def run(tmp_path: Path, body: Callable[[Harness], Awaitable[None]], **config: Any) -> None:
     async def main() -> None:
         clock = ManualClock()
-        settings = {"offsets_topic_num_partitions": 2, "transaction_state_log_num_partitions": 2}
+        settings = {
+            "offsets_topic_num_partitions": 2,
+            "transaction_state_log_num_partitions": 2,
+            **SMALL_DISK_FOOTPRINT,
+        }
         broker_config = BrokerConfig(log_dirs=(str(tmp_path / "data"),), **(settings | config))
         broker = Broker(broker_config, clock=clock)
         await broker.start()
