@@ -27,6 +27,12 @@ three = cluster_fixture(
     overrides={"min.insync.replicas": "2", "zookeeper.session.timeout.ms": "12000"},
 )
 T = 20.0
+# Followers' fetches parked for up to 20 s (replica.fetch.wait.max.ms, within the lag time).
+parked = cluster_fixture(
+    3,
+    scope="module",
+    overrides={"min.insync.replicas": "2", "replica.fetch.wait.max.ms": "20000"},
+)
 
 
 def _delete(cluster: Cluster, tp: TopicPartition, timeout: float = T) -> int | KafkaError:
@@ -102,6 +108,22 @@ def test_delete_records_waits_for_the_replicas(three: Cluster) -> None:
             reader.close()
     finally:
         leader.start()
+
+
+def test_delete_records_wakes_the_followers_parked_fetches(parked: Cluster) -> None:
+    """The leader's log start moves without an append, so no append wakes the followers'
+    fetches: DeleteRecords wakes them itself (Writes.log_start_moved), and they come back
+    at once to be told the new start. With their fetches parked for up to 20 s, each
+    delete completes within a 5 s operation timeout, and every replica moved."""
+    bs = parked.bootstrap
+    topic = create_topic(bs, replication_factor=3)
+    records = [(0, None, b"r%d" % i, None) for i in range(20)]
+    assert not produce_and_confirm(producer(bs, acks="all"), topic, records).errors
+    leader = parked.leader_of(topic, 0)
+    followers = [b for b in parked.brokers if b is not leader]
+    for offset in (5, 9, 14):
+        assert _delete(parked, TopicPartition(topic, 0, offset), timeout=5.0) == offset
+        assert [_checkpointed_start(b, topic) for b in followers] == [offset, offset]
 
 
 def test_describe_topic_partitions_on_a_cluster(three: Cluster) -> None:

@@ -26,6 +26,7 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from onceflow.broker.fetch_sessions import FetchSessions, session_for
+from onceflow.broker.purgatory import EVERYTHING
 from onceflow.clock import ManualClock
 from onceflow.errors import ErrorCode, KafkaError
 from onceflow.protocol.api_versions import ApiKey
@@ -159,6 +160,48 @@ def test_an_answer_holds_only_what_the_follower_was_not_told() -> None:
 
 
 # ---- the follower's half ------------------------------------------------------------------
+
+
+def test_what_the_follower_was_told_stays_when_it_names_a_partition_again() -> None:
+    """A request naming a partition again (a new fetch offset) leaves what the follower
+    was told as it was: only news is answered, and a log start it was not told is news
+    (handlers/fetch.py answers a parked fetch with it at once)."""
+    sessions = FetchSessions()
+    session, _ = session_for(sessions, LOCAL, 17, full := _fetch(0, 0, {0: 0}))
+    assert session is not None
+    session.update(["t"], full, full=True)
+    assert session.worth_answering(("t", 0), (3, 3, 0), news=False)
+    session.update(["t"], _fetch(session.id, 1, {0: 3}), full=False)
+    assert _cached(sessions, session.id) == {0: 3}
+    assert session.partitions[("t", 0)].told == (3, 3, 0)
+    assert not session.worth_answering(("t", 0), (3, 3, 0), news=False)
+
+
+def test_a_pass_looks_at_what_changed_and_at_everything_within_the_interval() -> None:
+    """The purgatories tell the sessions what changed (note_change); a request's first
+    pass looks at that and at what the previous request's last pass read, and at every
+    partition after a change of everything or once the full-pass interval is over; a
+    later pass after a timeout looks at every partition too."""
+    sessions = FetchSessions()
+    session, _ = session_for(sessions, LOCAL, 17, full := _fetch(0, 0, {0: 0, 1: 0, 2: 0}))
+    assert session is not None
+    session.update(["t"], full, full=True)
+    assert session.first_look(1_000, 250) is None  # never fully passed
+    session.carry = {("t", 2)}
+    sessions.note_change(("t", 0))
+    assert session.first_look(1_100, 250) == {("t", 0), ("t", 2)}
+    assert session.first_look(1_200, 250) == {("t", 2)}  # taken: each change once
+    assert session.first_look(1_250, 250) is None  # the interval is over
+    assert session.first_look(1_300, 250) == {("t", 2)}
+    sessions.note_change(EVERYTHING)  # a new leadership, say
+    assert session.first_look(1_310, 250) is None
+    sessions.note_change(("t", 1))
+    assert session.next_look({("t", 2)}, 1_320, timed_out=False) == {("t", 1), ("t", 2)}
+    assert session.next_look({("t", 2)}, 1_330, timed_out=True) is None
+    assert session.full_pass_ms == 1_330
+    sessions.close(session.id)
+    sessions.note_change(("t", 0))  # a closed session is told nothing more
+    assert session.changed == set()
 
 
 def test_the_follower_names_only_what_changed_and_forgets_what_it_stopped_fetching() -> None:

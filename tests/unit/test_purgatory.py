@@ -53,3 +53,21 @@ def test_forget_leaves_the_other_waiters_of_a_key() -> None:
         assert second == {A} and first == set()
 
     asyncio.run(main())
+
+
+def test_on_notify_hears_every_notification_waiters_or_not() -> None:
+    """The followers' sessions learn what changed between their requests, when no fetch
+    of theirs waits: on_notify hears each key, and EVERYTHING for notify_all."""
+
+    async def main() -> None:
+        purgatory = FetchPurgatory()
+        heard: list[PartitionKey] = []
+        purgatory.on_notify = heard.append
+        purgatory.notify(A)  # nobody waits
+        waiter = purgatory.watch([B])
+        purgatory.notify(B)
+        purgatory.notify_all()
+        assert waiter.done()
+        assert heard == [A, B, EVERYTHING]
+
+    asyncio.run(main())

@@ -121,8 +121,10 @@ class Broker:
         self.purgatory = FetchPurgatory()
         # Followers' fetches wait for appends, not for the high watermark.
         self.replica_purgatory = FetchPurgatory()
-        # Followers' incremental fetch sessions (KIP-227).
+        # Followers' incremental fetch sessions (KIP-227), told what each wake is about.
         self.fetch_sessions = FetchSessions()
+        self.purgatory.on_notify = self.fetch_sessions.note_change
+        self.replica_purgatory.on_notify = self.fetch_sessions.note_change
         self.writes = Writes(
             self.node_id, lambda: self.config, self.logs, self.purgatory, self.replica_purgatory
         )

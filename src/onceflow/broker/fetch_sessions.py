@@ -12,7 +12,13 @@ A partition left out of a request keeps the fetch offset the follower sent last,
 held durably then and still does. The fetch handler reads it again only when it has news
 (records past that offset, a high watermark, LSO or log start the follower was not told, an
 error); a quiet one is just noted as caught up (Kafka's updateFollowerFetchState), so a
-round costs what changed, not the session's size.
+round costs what changed, not the session's size. Nor does a pass look at every partition
+to find the news: the purgatories tell the sessions which partitions were appended to or
+saw their high watermark move (`note_change`), and a pass looks at those, at what the
+request names and at what the last pass read. A full pass, every partition, comes after a
+timeout, a new leadership, or a short interval (`first_look`): what changes without an
+append or a high watermark (an ISR, a leadership lost, a log start) is seen within it, and
+the quiet partitions' caught-up notes stay fresh far inside replica.lag.time.max.ms.
 
 Sessions are created for followers only (replica_id set); a consumer that asks for one gets
 session id 0, which KIP-227 allows (the broker keeps no session, every fetch is full). A
@@ -27,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from onceflow.broker.purgatory import EVERYTHING
 from onceflow.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -82,17 +89,53 @@ class FetchSession:
     version: int  # by topic id (v13+) or by name: a follower that switches starts anew
     epoch: int = 1  # the epoch the next incremental request must carry
     partitions: dict[PartitionKey, SessionPartition] = field(default_factory=dict)
+    #: Partitions appended to, or whose high watermark or LSO moved, since this session's
+    #: last pass (EVERYTHING: anything may have changed): FetchSessions.note_change.
+    changed: set[PartitionKey] = field(default_factory=set)
+    #: What the last pass of the previous request read, looked at again by the next.
+    carry: set[PartitionKey] = field(default_factory=set)
+    #: When a pass last looked at every partition (monotonic ms).
+    full_pass_ms: int = 0
+
+    def first_look(self, now_ms: int, interval_ms: int) -> set[PartitionKey] | None:
+        """The partitions the first pass of a request looks at (besides those it names):
+        what changed since the last pass and what that pass read; None, all of them, once
+        `interval_ms` passed since the last full pass, so that what changes unnoticed (an
+        ISR, a leadership lost, a log start) and the quiet ones' caught-up notes are seen
+        to within that interval."""
+        changed, self.changed = self.changed, set()
+        if EVERYTHING in changed or now_ms - self.full_pass_ms >= interval_ms:
+            self.full_pass_ms = now_ms
+            return None
+        return changed | self.carry
+
+    def next_look(
+        self, news: set[PartitionKey], now_ms: int, timed_out: bool
+    ) -> set[PartitionKey] | None:
+        """A later pass of a request, after its wait: what the last pass read and what
+        changed meanwhile; None, all of them, after a timeout or a change of everything."""
+        changed, self.changed = self.changed, set()
+        if timed_out or EVERYTHING in changed:
+            self.full_pass_ms = now_ms
+            return None
+        return news | changed
 
     def update(self, names: list[str | None], request: Any, *, full: bool) -> None:
         """A request in this session: its partitions are added or replace the cached
-        ones, its forgotten partitions leave; after an incremental one the expected epoch
-        moves on (the first, full request opened the session at epoch 1)."""
+        ones (what the follower was told of one stays true), its forgotten partitions
+        leave; after an incremental one the expected epoch moves on (the first, full
+        request opened the session at epoch 1)."""
         for name, topic in zip(names, request.topics, strict=True):
             if name is None:
                 continue  # an unknown topic id: answered as such, never cached
             topic_id = getattr(topic, "topic_id", None)
             for p in topic.partitions:
-                self.partitions[(name, p.partition)] = SessionPartition(topic_id, p)
+                key = (name, p.partition)
+                known = self.partitions.get(key)
+                if known is not None and known.topic_id == topic_id:
+                    known.fetch = p
+                else:
+                    self.partitions[key] = SessionPartition(topic_id, p)
         for forgotten in request.forgotten_topics_data or ():
             name = _forgotten_name(self, forgotten)
             for index in forgotten.partitions:
@@ -159,6 +202,12 @@ class FetchSessions:
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def note_change(self, key: PartitionKey) -> None:
+        """A partition's log, high watermark or LSO changed (EVERYTHING: any may have): the
+        next pass of every session looks at it (the purgatories' on_notify)."""
+        for session in self._sessions.values():
+            session.changed.add(key)
 
     def open(self, replica: int, version: int) -> FetchSession:
         self.close(self._of_replica.get(replica, 0))

@@ -10,7 +10,7 @@ session fetch looks again at those partitions only, not at all of its session's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 PartitionKey = tuple[str, int]
 #: In a waiter's `woken` set: woken by notify_all, anything may have changed.
@@ -23,6 +23,9 @@ _Waiters = dict[asyncio.Future[None], set[PartitionKey] | None]
 class FetchPurgatory:
     def __init__(self) -> None:
         self._watchers: dict[PartitionKey, _Waiters] = {}
+        #: Told of every key notified (EVERYTHING for notify_all), waiters or not: the
+        #: followers' fetch sessions collect what changed between two of their requests.
+        self.on_notify: Callable[[PartitionKey], None] | None = None
 
     def watch(
         self, keys: Iterable[PartitionKey], woken: set[PartitionKey] | None = None
@@ -33,12 +36,16 @@ class FetchPurgatory:
         return fut
 
     def notify(self, key: PartitionKey) -> None:
+        if self.on_notify is not None:
+            self.on_notify(key)
         waiters = self._watchers.pop(key, None)
         if waiters:
             _wake(waiters, key)
 
     def notify_all(self) -> None:
         """Wake every waiter (to re-evaluate what it asks for)."""
+        if self.on_notify is not None:
+            self.on_notify(EVERYTHING)
         watchers, self._watchers = self._watchers, {}
         for waiters in watchers.values():
             _wake(waiters, EVERYTHING)

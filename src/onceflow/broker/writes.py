@@ -88,6 +88,11 @@ class Writes:
         if self.topology.appended(plog):
             self.purgatory.notify(key)
 
+    def log_start_moved(self, plog: PartitionLog) -> None:
+        """DeleteRecords moved the leader's log start: the followers' parked fetches come
+        back at once to be told (its answer waits for them to move theirs)."""
+        self.replica_purgatory.notify((plog.topic, plog.partition))
+
     def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
         return self.flusher.durable(plog, offset)
 

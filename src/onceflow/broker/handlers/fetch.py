@@ -33,7 +33,6 @@ from onceflow.broker.fetch_sessions import (
 )
 from onceflow.broker.handlers import authz
 from onceflow.broker.handlers.base import RequestContext
-from onceflow.broker.purgatory import EVERYTHING
 from onceflow.broker.responses import RawBody
 from onceflow.errors import ErrorCode, KafkaError, ProtocolError
 from onceflow.protocol import codec
@@ -95,10 +94,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     if incremental is not None:
         keys = list(incremental.partitions)
     denied = _denied_topics(ctx, list({name for name, _ in keys}), replica)
-    # A session's later passes look at what the last pass read and what woke this fetch
-    # (an append wakes it): on a follower's session of dozens of partitions, one or two.
-    # A pass after a timeout or a wake of all waiters looks at every partition again.
+    # A session's passes look at what it names, what the last pass read and what changed
+    # since (an append, a high watermark): on a follower's session of dozens of partitions,
+    # one or two. A pass after a timeout, a wake of all waiters or the full-pass interval
+    # looks at every partition (fetch_sessions.py).
     looked_at: set[PartitionKey] | None = None
+    news: set[PartitionKey] = set()
+    if incremental is not None:
+        looked_at = incremental.first_look(clock.monotonic_ms(), _full_pass_ms(broker))
     woken: set[PartitionKey] = set()
     while True:
         if incremental is not None:
@@ -108,6 +111,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
+        if incremental is not None and _log_start_news(incremental, topics, reads):
+            break  # DeleteRecords waits for the follower to move its log start too
         woken.clear()
         waiter = purgatory.watch(keys, woken)
         try:
@@ -117,7 +122,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         finally:
             purgatory.forget(keys, waiter)
         if incremental is not None:
-            looked_at = None if not woken or EVERYTHING in woken else news | woken
+            looked_at = incremental.next_look(news, clock.monotonic_ms(), timed_out=not woken)
+    if incremental is not None:
+        incremental.carry = news
     errors = (
         tuple(r.error for rs in reads for r in rs if r.error is not ErrorCode.none)
         if failed
@@ -149,12 +156,21 @@ def _session_reads(
     if only is None:
         candidates: Iterable[tuple[PartitionKey, SessionPartition]] = partitions.items()
     else:
-        candidates = ((key, partitions[key]) for key in only if key in partitions)
+        candidates = ((key, partitions[key]) for key in only | named if key in partitions)
     for key, entry in candidates:
         if key in named or not _quiet(broker, key, entry, session.replica, now_ms):
             topics.setdefault(key[0], (entry.topic_id, []))[1].append(entry.fetch)
             read.add(key)
     return [(name, topic_id, fetches) for name, (topic_id, fetches) in topics.items()], read
+
+
+#: The longest a follower's session goes without a pass over all its partitions, at most
+#: half of replica.lag.time.max.ms (the quiet ones' caught-up notes are renewed by it).
+FULL_PASS_MS = 250
+
+
+def _full_pass_ms(broker: BrokerServices) -> int:
+    return min(FULL_PASS_MS, broker.config.replica_lag_time_max_ms // 2)
 
 
 def _quiet(
@@ -179,6 +195,20 @@ def _quiet(
     ):
         return False
     return partition.still_caught_up(replica, now_ms)
+
+
+def _log_start_news(
+    session: FetchSession, topics: list[Topic], reads: list[list[_PartitionRead]]
+) -> bool:
+    """Whether a partition read has a log start offset its follower was not told: answered
+    at once, records or not (a high watermark alone waits for the next records)."""
+    for (name, _, _), topic_reads in zip(topics, reads, strict=True):
+        for read in topic_reads:
+            entry = session.partitions.get((name or "", read.partition))
+            told = entry.told if entry is not None else None
+            if told is not None and told[2] != read.log_start_offset:
+                return True
+    return False
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:

@@ -117,6 +117,7 @@ def _delete_on_leader(ctx: RequestContext, key: Key, offset: int) -> _Result:
                 ErrorCode.offset_out_of_range, f"The offset {target} for {plog.name} is not valid"
             )
         plog.increment_log_start_offset(target)
+        broker.writes.log_start_moved(plog)
     except KafkaError as exc:
         return _Result(INVALID_LOW_WATERMARK, exc.code)
     partition = broker.replicated(plog)
