@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run run-orders test lint typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
+.PHONY: run run-orders test lint compile typecheck unit bench serve clean check-python check-java check-zookeeper check-chromium check-kcat check-postgresql check-node kafkajs venv
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
@@ -19,6 +19,12 @@ $(STAMP): pyproject.toml | check-python
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# src/'s bytecode, written ahead and refreshed where a file changed: where
+# PYTHONDONTWRITEBYTECODE is set, no process writes it, and every broker, CLI and Spark
+# worker the suite starts would compile the package again (about 0.4 s of CPU each).
+compile: $(STAMP)
+	@$(BIN)/python -m compileall -q src >/dev/null
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -103,16 +109,16 @@ kafkajs: $(NODE_STAMP)
 DEMO_BROKERS := $(patsubst --brokers=%,%,$(filter --brokers=%,$(subst --brokers ,--brokers=,$(ARGS))))
 
 run: ZOOKEEPER_USER = the demo on a cluster (--brokers $(DEMO_BROKERS)) needs
-run: $(STAMP) check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
+run: compile check-java $(if $(filter-out 1,$(DEMO_BROKERS)),check-zookeeper)
 	$(BIN)/python -m onceflow.demo $(ARGS)
 
 # The dual-write demo: an order service killed at random points, the broker and PostgreSQL
 # crashed and restarted, and the table that shows every committed order has exactly one
 # event. PostgreSQL if installed (ARGS="--database sqlite" without it), "--rounds N".
-run-orders: $(STAMP)
+run-orders: compile
 	$(BIN)/python -m onceflow.demo.orders $(ARGS)
 
-serve: $(STAMP)
+serve: compile
 	$(BIN)/python -m onceflow serve --data-dir ./data --listener 127.0.0.1:9092 $(ARGS)
 
 lint: $(STAMP)
@@ -124,14 +130,14 @@ lint: $(STAMP)
 # The suite mostly waits (timeouts, restarts, ZooKeeper sessions, Spark batches), so it runs
 # on TEST_WORKERS workers, each test file on one of them (its module fixtures shared).
 TEST_WORKERS ?= 2
-test: lint check-java check-zookeeper check-chromium check-kcat check-postgresql kafkajs
+test: lint compile check-java check-zookeeper check-chromium check-kcat check-postgresql kafkajs
 	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) ONCEFLOW_KCAT=$(KCAT) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; else exit $$rc; fi; }
 
-unit: $(STAMP)
+unit: compile
 	$(BIN)/python -m pytest tests/unit tests/property tests/simulation $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: compile
 	$(BIN)/python -m benchmarks $(ARGS)
 
 clean:
