@@ -65,13 +65,19 @@ def _checkpointed_start(broker: ClusterBroker, topic: str) -> int | None:
     return None
 
 
+def _twenty_records(cluster: Cluster) -> tuple[str, ClusterBroker, list[ClusterBroker]]:
+    """A new topic of one partition on every broker, with 20 records: its name, leader
+    and followers."""
+    topic = create_topic(cluster.bootstrap, replication_factor=3)
+    records = [(0, None, b"r%d" % i, None) for i in range(20)]
+    assert not produce_and_confirm(producer(cluster.bootstrap, acks="all"), topic, records).errors
+    leader = cluster.leader_of(topic, 0)
+    return topic, leader, [b for b in cluster.brokers if b is not leader]
+
+
 def test_delete_records_waits_for_the_replicas(three: Cluster) -> None:
     bs = three.bootstrap
-    topic = create_topic(bs, replication_factor=3)
-    records = [(0, None, b"r%d" % i, None) for i in range(20)]
-    assert not produce_and_confirm(producer(bs, acks="all"), topic, records).errors
-    leader = three.leader_of(topic, 0)
-    followers = [b for b in three.brokers if b is not leader]
+    topic, leader, followers = _twenty_records(three)
 
     assert _delete(three, TopicPartition(topic, 0, 8)) == 8
     # The answer came once every follower had moved too: each checkpointed it.
@@ -115,12 +121,7 @@ def test_delete_records_wakes_the_followers_parked_fetches(parked: Cluster) -> N
     fetches: DeleteRecords wakes them itself (Writes.log_start_moved), and they come back
     at once to be told the new start. With their fetches parked for up to 20 s, each
     delete completes within a 5 s operation timeout, and every replica moved."""
-    bs = parked.bootstrap
-    topic = create_topic(bs, replication_factor=3)
-    records = [(0, None, b"r%d" % i, None) for i in range(20)]
-    assert not produce_and_confirm(producer(bs, acks="all"), topic, records).errors
-    leader = parked.leader_of(topic, 0)
-    followers = [b for b in parked.brokers if b is not leader]
+    topic, _, followers = _twenty_records(parked)
     for offset in (5, 9, 14):
         assert _delete(parked, TopicPartition(topic, 0, offset), timeout=5.0) == offset
         assert [_checkpointed_start(b, topic) for b in followers] == [offset, offset]

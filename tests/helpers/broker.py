@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
+    "SMALL_DISK_FOOTPRINT",
     "TEST_DEFAULT_OVERRIDES",
     "BrokerProcess",
     "BrokerStartError",
@@ -31,10 +32,17 @@ __all__ = [
 # free-space threshold instead of 1 GiB, so a CI machine short of disk still runs the suite
 # (the tests write far less; the disk-full tests set their own), and a 64 KiB ballast: the
 # default 16 MiB, in each of the suite's thousand-odd data dirs, filled a shared disk.
+TEST_MIN_FREE_BYTES = 64 << 20
+TEST_BALLAST_BYTES = 64 << 10
 TEST_DEFAULT_OVERRIDES: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
-    "onceflow.log.dir.min.free.bytes": str(64 << 20),
-    "onceflow.log.dir.ballast.bytes": str(64 << 10),
+    "onceflow.log.dir.min.free.bytes": str(TEST_MIN_FREE_BYTES),
+    "onceflow.log.dir.ballast.bytes": str(TEST_BALLAST_BYTES),
+}
+# The same disk settings as BrokerConfig fields, for the unit tests' in-process brokers.
+SMALL_DISK_FOOTPRINT: dict[str, int] = {
+    "onceflow_log_dir_min_free_bytes": TEST_MIN_FREE_BYTES,
+    "onceflow_log_dir_ballast_bytes": TEST_BALLAST_BYTES,
 }
 
 START_TIMEOUT_S = 30.0

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
-from tests.unit.test_handler_authorization import SMALL_DISK_FOOTPRINT
+from tests.helpers.broker import SMALL_DISK_FOOTPRINT
 
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.base import RequestContext

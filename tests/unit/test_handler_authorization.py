@@ -20,6 +20,7 @@ import pytest
 from kio.index import load_payload_module
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
+from tests.helpers.broker import SMALL_DISK_FOOTPRINT
 
 from onceflow.broker.broker import Broker
 from onceflow.broker.handlers.base import RequestContext
@@ -95,14 +96,6 @@ class FakeAuthorizer:
     ) -> bool:
         self.calls.append((operation, resource_type, "<any>"))
         return (operation, resource_type) in self.any_grants
-
-
-# As the test brokers' (tests/helpers/broker.py): a 64 KiB ballast instead of 16 MiB in
-# each test's data dir, and a 64 MiB free-space threshold instead of 1 GiB.
-SMALL_DISK_FOOTPRINT = {
-    "onceflow_log_dir_ballast_bytes": 64 << 10,
-    "onceflow_log_dir_min_free_bytes": 64 << 20,
-}
 
 
 class Harness:

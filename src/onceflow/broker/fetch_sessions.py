@@ -170,6 +170,18 @@ class FetchSession:
                 kept_reads.append(kept)
         return kept_topics, kept_reads
 
+    def untold_log_start(self, topics: list[Topic], reads: list[list[Read]]) -> bool:
+        """Whether a partition read has a log start offset the follower was not told: the
+        fetch handler answers it at once, records or not (a high watermark alone waits
+        for the next records), as DeleteRecords waits for the follower to move too."""
+        for (name, _, parts), topic_reads in zip(topics, reads, strict=True):
+            for p, read in zip(parts, topic_reads, strict=True):
+                entry = self.partitions.get((name or "", p.partition))
+                told = entry.told if entry is not None else None
+                if told is not None and told[2] != read.log_start_offset:
+                    return True
+        return False
+
     def worth_answering(self, key: PartitionKey, told: Told, news: bool) -> bool:
         """Whether a partition goes into the answer (records, an error, a diverging
         epoch or leader are `news`; else only a high watermark, LSO or log start the

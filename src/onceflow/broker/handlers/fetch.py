@@ -102,7 +102,6 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     news: set[PartitionKey] = set()
     if incremental is not None:
         looked_at = incremental.first_look(clock.monotonic_ms(), _full_pass_ms(broker))
-    woken: set[PartitionKey] = set()
     while True:
         if incremental is not None:
             topics, news = _session_reads(ctx, incremental, named, looked_at)
@@ -111,10 +110,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - clock.monotonic_ms()
         if total >= request.min_bytes or failed or remaining <= 0 or not keys:
             break
-        if incremental is not None and _log_start_news(incremental, topics, reads):
+        if incremental is not None and incremental.untold_log_start(topics, reads):
             break  # DeleteRecords waits for the follower to move its log start too
-        woken.clear()
-        waiter = purgatory.watch(keys, woken)
+        waiter = purgatory.watch(keys)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), remaining / 1000)
         except TimeoutError:
@@ -122,7 +120,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         finally:
             purgatory.forget(keys, waiter)
         if incremental is not None:
-            looked_at = incremental.next_look(news, clock.monotonic_ms(), timed_out=not woken)
+            timed_out = not waiter.done()
+            looked_at = incremental.next_look(news, clock.monotonic_ms(), timed_out)
     if incremental is not None:
         incremental.carry = news
     errors = (
@@ -195,20 +194,6 @@ def _quiet(
     ):
         return False
     return partition.still_caught_up(replica, now_ms)
-
-
-def _log_start_news(
-    session: FetchSession, topics: list[Topic], reads: list[list[_PartitionRead]]
-) -> bool:
-    """Whether a partition read has a log start offset its follower was not told: answered
-    at once, records or not (a high watermark alone waits for the next records)."""
-    for (name, _, _), topic_reads in zip(topics, reads, strict=True):
-        for read in topic_reads:
-            entry = session.partitions.get((name or "", read.partition))
-            told = entry.told if entry is not None else None
-            if told is not None and told[2] != read.log_start_offset:
-                return True
-    return False
 
 
 def _topic_names(ctx: RequestContext, request: Any) -> list[str | None]:
