@@ -39,14 +39,18 @@ def elect(cluster: Cluster, kind: int, topic: str) -> int:
 
 
 def wait_leaderless(cluster: Cluster, topic: str, timeout: float = 30.0) -> None:
-    """Until Metadata shows partition 0 of `topic` without a leader."""
+    """Until every running broker's Metadata shows partition 0 of `topic` without a leader.
+    Each broker learns it from ZooKeeper on its own, and ElectLeaders is decided on the
+    controller's view, which may be the last to change."""
     deadline = time.monotonic() + timeout
     while True:
-        running = ",".join(b.bootstrap for b in cluster.running())
-        with WireCluster(running, timeout_s=5.0) as wire:
-            if wire.metadata([topic]).leaders.get(topic, {}).get(0, -1) == -1:
-                return
-        assert time.monotonic() < deadline, f"{topic}-0 still has a leader"
+        leaders = []
+        for b in cluster.running():
+            with WireCluster(b.bootstrap, timeout_s=5.0) as wire:
+                leaders.append(wire.metadata([topic]).leaders.get(topic, {}).get(0, -1))
+        if all(leader == -1 for leader in leaders):
+            return
+        assert time.monotonic() < deadline, f"{topic}-0 still has a leader: {leaders}"
         time.sleep(0.1)
 
 
