@@ -247,7 +247,7 @@ class _Host:
     def appended(self, plog: PartitionLog) -> None:
         pass
 
-    def durable(self, plog: PartitionLog, offset: int) -> Any:
+    def durable(self, plog: PartitionLog, offset: int, follower: bool = False) -> Any:
         return self.disk.durable_wait(plog, offset)
 
 

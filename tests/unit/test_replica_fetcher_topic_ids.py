@@ -36,7 +36,7 @@ class _Host:
     def appended(self, plog: PartitionLog) -> None:
         pass
 
-    async def durable(self, plog: PartitionLog, offset: int) -> None:
+    async def durable(self, plog: PartitionLog, offset: int, follower: bool = False) -> None:
         pass
 
 

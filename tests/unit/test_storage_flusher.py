@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 
 import pytest
 
@@ -11,7 +13,7 @@ from onceflow.clock import ManualClock
 from onceflow.records.batch import validate_produced_batches
 from onceflow.records.builder import build_batch
 from onceflow.storage.failures import LogOffline
-from onceflow.storage.flusher import GroupCommitFlusher
+from onceflow.storage.flusher import ON_LOOP_BELOW_S, GroupCommitFlusher
 from onceflow.storage.fs import SimFileSystem
 from onceflow.storage.partition_log import LogConfig, PartitionLog
 from onceflow.storage.recovery import open_partition
@@ -25,6 +27,21 @@ class FailingFsyncFS(SimFileSystem):
     def step(self, what: str) -> None:
         if self.broken and what.startswith("fsync"):
             raise OSError(5, "Input/output error")
+        super().step(what)
+
+
+class WatchedFsyncFS(SimFileSystem):
+    """A SimFileSystem that notes the thread of every segment fsync and can make them slow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fsync_threads: list[str] = []
+        self.fsync_seconds = 0.0
+
+    def step(self, what: str) -> None:
+        if what.startswith("fsync") and what.endswith(".log"):  # a round's: record bytes
+            self.fsync_threads.append(threading.current_thread().name)
+            time.sleep(self.fsync_seconds)
         super().step(what)
 
 
@@ -219,5 +236,65 @@ def test_close_waits_for_a_running_round() -> None:
         if future.done():
             assert future.exception() is None
         await flusher.barrier()
+
+    asyncio.run(main())
+
+
+def watched_log(fs: WatchedFsyncFS) -> tuple[PartitionLog, GroupCommitFlusher]:
+    """A log on `fs` and a started flusher; the fsyncs noted from now on are the rounds'."""
+    plog = open_log(fs)
+    fs.fsync_threads.clear()  # the new segment's, when the log was made
+    flusher = GroupCommitFlusher()
+    flusher.start()
+    return plog, flusher
+
+
+def test_a_followers_round_runs_on_the_loop_while_fsyncs_are_fast() -> None:
+    async def main() -> list[str]:
+        fs = WatchedFsyncFS()
+        plog, flusher = watched_log(fs)
+        # The first round has no measured fsync yet: the thread.
+        await flusher.durable(plog, append(plog), follower=True)
+        # A leader's round stays on the thread however fast the disk is.
+        await flusher.durable(plog, append(plog))
+        # A follower's round runs on the loop, and is durable when it is answered.
+        offset = append(plog)
+        await flusher.durable(plog, offset, follower=True)
+        assert plog.flushed_offset > offset
+        await flusher.close()
+        return fs.fsync_threads
+
+    threads = asyncio.run(main())
+    assert threads == ["group-commit", "group-commit", threading.current_thread().name]
+
+
+def test_a_slow_fsync_sends_the_followers_next_rounds_to_the_thread() -> None:
+    async def main() -> list[str]:
+        fs = WatchedFsyncFS()
+        plog, flusher = watched_log(fs)
+        await flusher.durable(plog, append(plog), follower=True)  # measured fast
+        fs.fsync_seconds = 20 * ON_LOOP_BELOW_S  # the disk stalls
+        await flusher.durable(plog, append(plog), follower=True)  # on the loop, once
+        fs.fsync_seconds = 0.0
+        await flusher.durable(plog, append(plog), follower=True)  # the thread again
+        await flusher.close()
+        return fs.fsync_threads
+
+    threads = asyncio.run(main())
+    assert threads == ["group-commit", threading.current_thread().name, "group-commit"]
+
+
+def test_a_failed_fsync_on_the_loop_takes_the_log_offline() -> None:
+    async def main() -> None:
+        fs = FailingFsyncFS()
+        plog = open_log(fs)
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        await flusher.durable(plog, append(plog), follower=True)
+        fs.broken = True
+        with pytest.raises(LogOffline):
+            await asyncio.wait_for(flusher.durable(plog, append(plog), follower=True), 5)
+        assert plog.offline is not None and flusher.fsync_failures == 1
+        await flusher.close()
 
     asyncio.run(main())

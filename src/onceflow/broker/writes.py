@@ -93,8 +93,10 @@ class Writes:
         back at once to be told (its answer waits for them to move theirs)."""
         self.replica_purgatory.notify((plog.topic, plog.partition))
 
-    def durable(self, plog: PartitionLog, offset: int) -> asyncio.Future[None]:
-        return self.flusher.durable(plog, offset)
+    def durable(
+        self, plog: PartitionLog, offset: int, follower: bool = False
+    ) -> asyncio.Future[None]:
+        return self.flusher.durable(plog, offset, follower)
 
     def flushed(self, plog: PartitionLog) -> None:
         if self.topology.flushed(plog):

@@ -74,7 +74,9 @@ class FollowerHost(Protocol):
 
     def appended(self, plog: PartitionLog) -> None: ...
 
-    def durable(self, plog: PartitionLog, offset: int) -> Awaitable[None]: ...
+    def durable(
+        self, plog: PartitionLog, offset: int, follower: bool = False
+    ) -> Awaitable[None]: ...
 
 
 @dataclass(slots=True)
@@ -299,7 +301,7 @@ class ReplicaFetcher:
         for plog in tails:
             self.host.appended(plog)
             with contextlib.suppress(LogOffline):
-                await self.host.durable(plog, plog.log_end_offset - 1)
+                await self.host.durable(plog, plog.log_end_offset - 1, follower=True)
         version, names, request, sent, forgotten = self._fetch_request(wanted, ids)
         try:
             response = await self._conn.request(ApiKey.FETCH, version, request)
@@ -493,7 +495,7 @@ class ReplicaFetcher:
         if quota is not None:
             quota.record(len(records))
         if plog.config.durable:
-            return self.host.durable(plog, result.last_offset)
+            return self.host.durable(plog, result.last_offset, follower=True)
         return None
 
 
