@@ -14,9 +14,9 @@ lets every partition of a produce request join the round), one queue put to the 
 A round that a follower waits for runs on the event loop instead, while the disk's fsyncs
 are fast (an average below `ON_LOOP_BELOW_S`): a follower's fetch round waits for its fsync
 before it asks the leader for more, so the two thread hand-offs are on the replication path,
-and cost more than a fast fsync (measured on RF=3: 8 % less broker CPU and 5 % less time per
-acks=all append). A leader's rounds stay on the thread: its fsync overlaps with its
-followers' fetches, which a blocked loop would delay (measured: 8 % more time per append).
+and cost more than a fast fsync (less broker CPU and less time per acks=all append on RF=3).
+A leader's rounds stay on the thread: its fsync overlaps with its followers' fetches, which
+a blocked loop would delay (more time per append). The figures: benchmarks/README.md.
 One slow fsync sends the next rounds to the thread, so a slow or stalling disk blocks the
 loop for one round at most.
 """
