@@ -35,7 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # the two Spark end-to-end files, two to three minutes of one worker, for the end. Here the
 # directories whose files run longest come first, taken in turn (a Spark file, a chaos file,
 # a cluster file, ...), so that the Spark jobs, which keep both cores busy, do not all run
-# at once; the many short files then fill the end.
+# at once; the many short files then fill the end. Measured: on two workers the suite's
+# time did not change (31-32 min either way); on three it took 24-25 min.
 _LONG_FIRST = ("spark", "chaos", "cluster", "dualwrite")
 _THEN = ("console", "integration")
 
