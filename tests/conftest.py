@@ -30,33 +30,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# The order in which `make test`'s workers take test files (`--dist loadfile`,
-# `--no-loadscope-reorder`). xdist's own order (the files with the most tests first) left
-# the two Spark end-to-end files, two to three minutes of one worker, for the end. Here the
-# directories whose files run longest come first, taken in turn (a Spark file, a chaos file,
-# a cluster file, ...), so that the Spark jobs, which keep both cores busy, do not all run
-# at once; the many short files then fill the end. Measured: on two workers the suite's
-# time did not change (31-32 min either way); on three it took 24-25 min.
-_LONG_FIRST = ("spark", "chaos", "cluster", "dualwrite")
-_THEN = ("console", "integration")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    seen: dict[str, dict[str, int]] = {}  # directory -> file -> its place in the directory
-
-    def order(item: pytest.Item) -> tuple[int, int, int]:
-        parts = item.nodeid.split("::")[0].split("/")
-        top = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-        files = seen.setdefault(top, {})
-        place = files.setdefault(parts[-1], len(files))
-        if top in _LONG_FIRST:
-            return (0, place, _LONG_FIRST.index(top))
-        rank = _THEN.index(top) if top in _THEN else len(_THEN)
-        return (1, rank, 0)
-
-    items.sort(key=order)  # stable: a file's tests stay together and in order
-
-
 def _finish(b: BrokerProcess, since: int = 0) -> None:
     """Stop a broker at teardown. A broker that fails to shut down cleanly, or logged an
     internal error (an ERROR line or a traceback) while it ran, fails the test."""
