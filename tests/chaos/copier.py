@@ -39,6 +39,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 CALL_TIMEOUT_S = 30.0
 TXN_TIMEOUT_MS = 30_000
+# Records stuck in the client give up well before the coordinator's transaction timeout, so
+# the copier ends a stalled transaction itself (an abort, then an epoch bump of its own).
+# librdkafka (2.x) makes the two equal by default, and then the two timeouts race: a produce
+# refused with a retriable error just as abort_transaction() begins is never sent again
+# (the retry is not sent while aborting), the abort waits for it until message.timeout.ms,
+# and if the coordinator's timeout abort has bumped the epoch first, the copier's EndTxn is
+# answered INVALID_PRODUCER_EPOCH, which librdkafka makes fatal (_FENCED). Seen under load
+# in the disk-full test, a produce refused for low space in flight at an abort.
+MESSAGE_TIMEOUT_MS = TXN_TIMEOUT_MS - 10_000
 
 
 def say(line: str) -> None:
@@ -129,7 +138,7 @@ class Copier:
                 "bootstrap.servers": args.bootstrap,
                 "transactional.id": args.txn_id,
                 "transaction.timeout.ms": TXN_TIMEOUT_MS,
-                "message.timeout.ms": TXN_TIMEOUT_MS,
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,
                 "linger.ms": 5,
                 **common,
             }
