@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from onceflow.dualwrite import DualWriter
-from onceflow.dualwrite.checkback import open_two_phase_transactions, recover_abandoned
+from onceflow.dualwrite import DualWriter, recover_abandoned
+from onceflow.dualwrite.checkback import open_two_phase_transactions
 from tests.dualwrite.conftest import query, read_committed, run_app
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.clients import create_topic

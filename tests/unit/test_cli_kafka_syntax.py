@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from onceflow.cli.configs import parse_add_config
+from onceflow.cli.add_config import parse_add_config
 from onceflow.cli.line_reader import LineReader
 from onceflow.cli.main import build_parser, main, version
 from onceflow.cli.record_formatter import RecordFormatter

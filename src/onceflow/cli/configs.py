@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ConfigSource,
 )
 
+from onceflow.cli.add_config import to_set
 from onceflow.cli.admin import connect_admin
 from onceflow.cli.admin_errors import error_text
 from onceflow.cli.command_config import add_command_config_option
@@ -32,9 +33,8 @@ from onceflow.cli.quota_configs import (
     normalize_quota_entity,
     run_quota_configs,
 )
-from onceflow.config import ConfigError, read_properties
 
-__all__ = ["parse_add_config", "register", "to_set"]
+__all__ = ["register"]
 
 DEFAULT_TIMEOUT_MS = 30_000
 _RESOURCE = {"topics": "topic", "brokers": "broker"}
@@ -129,36 +129,9 @@ def _normalize(args: argparse.Namespace) -> None:
         raise UsageError("--alter needs --entity-name (or --entity-default)")
 
 
-def parse_add_config(text: str) -> dict[str, str]:
-    """Kafka's `k1=v1,k2=[a,b]`: a value in brackets may hold commas."""
-    configs: dict[str, str] = {}
-    rest = text
-    while rest:
-        key, sep, rest = rest.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--add-config: expected KEY=VALUE, got {key!r}")
-        if rest.startswith("["):
-            value, _, rest = rest[1:].partition("]")
-            rest = rest.removeprefix(",")
-        else:
-            value, _, rest = rest.partition(",")
-        configs[key.strip()] = value
-    return configs
-
-
 def _entity(args: argparse.Namespace, name: str) -> str:
     kind = _RESOURCE[args.entity_type]
     return "default config for brokers in the cluster" if name == "" else f"{kind} {name}"
-
-
-def to_set(args: argparse.Namespace) -> dict[str, str]:
-    configs = parse_add_config(args.add_config) if args.add_config else {}
-    if args.add_config_file:
-        try:
-            configs.update(read_properties(args.add_config_file))
-        except (ConfigError, OSError) as exc:
-            raise CliError(f"cannot read {args.add_config_file}: {exc}") from None
-    return configs
 
 
 def _alter(admin: Any, args: argparse.Namespace) -> None:

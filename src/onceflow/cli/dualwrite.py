@@ -7,8 +7,7 @@ import argparse
 from typing import Any
 
 from onceflow.cli.common import add_bootstrap_option, non_negative_int
-from onceflow.dualwrite import DualWriter
-from onceflow.dualwrite.checkback import recover_abandoned
+from onceflow.dualwrite import DualWriter, recover_abandoned
 from onceflow.dualwrite.state import DEFAULT_STATE_TABLE
 
 __all__ = ["register"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 
+from onceflow.cli.add_config import to_set
 from onceflow.cli.common import CliError, UsageError
 from onceflow.cli.kafka_wire import wire_cluster
 from onceflow.client.quota_admin import (
@@ -80,8 +81,6 @@ def _entity_words(entity: tuple[tuple[str, str | None], ...]) -> str:
 
 
 def _changes(args: argparse.Namespace) -> dict[str, float | None]:
-    from onceflow.cli.configs import to_set
-
     changes: dict[str, float | None] = {}
     for key, text in to_set(args).items():
         try:

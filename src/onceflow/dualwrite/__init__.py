@@ -9,7 +9,7 @@ from onceflow.dualwrite.errors import (
     TwoPhaseCommitUnavailable,
 )
 from onceflow.dualwrite.transaction import Transaction
-from onceflow.dualwrite.writer import DualWriter, Outcome
+from onceflow.dualwrite.writer import DualWriter, Outcome, recover_abandoned
 
 __all__ = [
     "DatabaseUnavailable",
@@ -21,4 +21,5 @@ __all__ = [
     "StateMismatch",
     "Transaction",
     "TwoPhaseCommitUnavailable",
+    "recover_abandoned",
 ]

@@ -2,19 +2,16 @@
 back are completed from what the database says.
 
 A writer recovers its own id when it starts; one that never starts again would leave its
-prepared transaction open for ever, holding back read_committed readers. `recover_abandoned`
+prepared transaction open for ever, holding back read_committed readers. `abandoned`
 asks every broker for the open two-phase commit transactions (ListTransactions and
 DescribeTransactions, as `onceflow transactions list --two-phase`), keeps those of ids in
-the state table that are older than `older_than_s`, and recovers each as a new writer of
-the id would: fencing the old one, committing what the database committed, aborting the
-rest. A writer still alive but stuck for that long is fenced by it, as RocketMQ's check-back
-overrides a producer that did not answer.
+the state table that are older than `older_than_s`; writer.py's `recover_abandoned` recovers
+each as a new writer of the id would: fencing the old one, committing what the database
+committed, aborting the rest. A writer still alive but stuck for that long is fenced by it,
+as RocketMQ's check-back overrides a producer that did not answer.
 """
 
 from __future__ import annotations
-
-import logging
-from typing import Any
 
 from onceflow.client.cluster import Cluster
 from onceflow.client.txn_admin import (
@@ -24,11 +21,8 @@ from onceflow.client.txn_admin import (
 )
 from onceflow.dualwrite.database import Database
 from onceflow.dualwrite.state import DEFAULT_STATE_TABLE, StateTable
-from onceflow.dualwrite.writer import DualWriter, Outcome
 
-__all__ = ["open_two_phase_transactions", "recover_abandoned"]
-
-log = logging.getLogger(__name__)
+__all__ = ["abandoned", "open_two_phase_transactions"]
 
 
 def open_two_phase_transactions(bootstrap_servers: str, timeout_s: float = 30.0) -> dict[str, int]:
@@ -45,17 +39,15 @@ def open_two_phase_transactions(bootstrap_servers: str, timeout_s: float = 30.0)
     return found
 
 
-def recover_abandoned(
+def abandoned(
     dsn: str,
     bootstrap_servers: str,
-    *,
-    older_than_s: float = 60.0,
+    older_than_s: float,
     state_table: str = DEFAULT_STATE_TABLE,
     skip: frozenset[str] = frozenset(),
-    **producer_settings: Any,
-) -> dict[str, Outcome]:
-    """Recover every id of the state table whose two-phase transaction has been open longer
-    than `older_than_s` (except those in `skip`); what recovery did to each."""
+) -> list[tuple[str, int]]:
+    """The ids of the state table (except those in `skip`) whose two-phase transaction has
+    been open longer than `older_than_s`, each with its age in ms, in id order."""
     db = Database(dsn)
     try:
         state = StateTable(db, state_table)
@@ -63,24 +55,12 @@ def recover_abandoned(
         known = set(state.ids())
     finally:
         db.close()
-    open_ages = open_two_phase_transactions(bootstrap_servers)
-    outcomes: dict[str, Outcome] = {}
-    for transactional_id, age_ms in sorted(open_ages.items()):
-        if transactional_id not in known or transactional_id in skip:
-            continue
-        if age_ms < older_than_s * 1000:
-            continue
-        writer = DualWriter(
-            dsn,
-            bootstrap_servers,
-            transactional_id,
-            state_table=state_table,
-            recovery_interval_s=None,
-            **producer_settings,
+    return [
+        (transactional_id, age_ms)
+        for transactional_id, age_ms in sorted(
+            open_two_phase_transactions(bootstrap_servers).items()
         )
-        outcomes[transactional_id] = writer.last_recovery
-        writer.close()
-        log.info(
-            "check-back: %s open %d ms: %s", transactional_id, age_ms, outcomes[transactional_id]
-        )
-    return outcomes
+        if transactional_id in known
+        and transactional_id not in skip
+        and age_ms >= older_than_s * 1000
+    ]

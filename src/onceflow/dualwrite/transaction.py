@@ -3,22 +3,28 @@ transaction, and `produce` into the unit's Kafka transaction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from onceflow.client.participant import HeadersArg
-
-if TYPE_CHECKING:
-    from onceflow.dualwrite.writer import DualWriter
+from onceflow.client.participant import HeadersArg, TwoPhaseProducer
 
 __all__ = ["Transaction"]
+
+#: Runs a call the way the writer does, turning the database's or the broker's failures
+#: into the dual write's errors (DualWriter._db and _kafka).
+_Guard = Callable[[Callable[[], Any]], Any]
 
 
 class Transaction:
     """The open unit of work: a DB-API connection in a transaction, and a producer."""
 
-    def __init__(self, writer: DualWriter) -> None:
-        self._writer = writer
-        self.connection: Any = writer.db.connection
+    def __init__(
+        self, connection: Any, producer: TwoPhaseProducer, db_call: _Guard, kafka_call: _Guard
+    ) -> None:
+        self.connection = connection
+        self._producer = producer
+        self._db = db_call
+        self._kafka = kafka_call
         self.records = 0
 
     def cursor(self) -> Any:
@@ -29,12 +35,12 @@ class Transaction:
         A lost database is DatabaseUnavailable; the statement's own errors are the
         driver's (sqlite3.IntegrityError, psycopg.errors.UniqueViolation...)."""
         cursor = self.connection.cursor()
-        self._writer._db(lambda: cursor.execute(sql, params))
+        self._db(lambda: cursor.execute(sql, params))
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
         cursor = self.connection.cursor()
-        self._writer._db(lambda: cursor.executemany(sql, rows))
+        self._db(lambda: cursor.executemany(sql, rows))
         return cursor
 
     def produce(
@@ -46,7 +52,5 @@ class Transaction:
         headers: HeadersArg = None,
     ) -> None:
         """A record of the unit (partitioned by the key's murmur2, as Kafka's producer)."""
-        self._writer._kafka(
-            lambda: self._writer.producer.produce(topic, value, key, partition, headers)
-        )
+        self._kafka(lambda: self._producer.produce(topic, value, key, partition, headers))
         self.records += 1

@@ -28,6 +28,7 @@ from onceflow import failpoints
 from onceflow.client.errors import ClientError, KafkaApiError, UnsupportedVersion
 from onceflow.client.participant import TwoPhaseProducer
 from onceflow.client.participant_link import Link, end_txn, init_producer_id
+from onceflow.dualwrite.checkback import abandoned
 from onceflow.dualwrite.database import Database
 from onceflow.dualwrite.errors import (
     DatabaseUnavailable,
@@ -47,7 +48,7 @@ from onceflow.dualwrite.state import (
 from onceflow.dualwrite.transaction import Transaction
 from onceflow.errors import ErrorCode
 
-__all__ = ["DualWriter", "Outcome", "Transaction"]
+__all__ = ["DualWriter", "Outcome", "Transaction", "recover_abandoned"]
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +193,6 @@ class DualWriter:
 
     def _check_back(self, older_than_s: float) -> None:
         """Recover other writers' transactions left open longer than `older_than_s`."""
-        from onceflow.dualwrite.checkback import recover_abandoned
-
         try:
             recover_abandoned(
                 self.db.dsn,
@@ -223,7 +222,7 @@ class DualWriter:
             except BaseException:
                 self.db.rollback()
                 raise
-            unit = Transaction(self)
+            unit = Transaction(self.db.connection, self.producer, self._db, self._kafka)
             try:
                 yield unit
             except BaseException:
@@ -369,3 +368,33 @@ class DualWriter:
 
     def __str__(self) -> str:
         return self.transactional_id
+
+
+def recover_abandoned(
+    dsn: str,
+    bootstrap_servers: str,
+    *,
+    older_than_s: float = 60.0,
+    state_table: str = DEFAULT_STATE_TABLE,
+    skip: frozenset[str] = frozenset(),
+    **producer_settings: Any,
+) -> dict[str, Outcome]:
+    """The check-back (checkback.py): recover every id of the state table whose two-phase
+    transaction has been open longer than `older_than_s` (except those in `skip`), each as
+    a new writer of the id; what recovery did to each."""
+    outcomes: dict[str, Outcome] = {}
+    for transactional_id, age_ms in abandoned(
+        dsn, bootstrap_servers, older_than_s, state_table, skip
+    ):
+        writer = DualWriter(
+            dsn,
+            bootstrap_servers,
+            transactional_id,
+            state_table=state_table,
+            recovery_interval_s=None,
+            **producer_settings,
+        )
+        outcomes[transactional_id] = writer.last_recovery
+        writer.close()
+        log.info("check-back: %s open %d ms: %s", transactional_id, age_ms, writer.last_recovery)
+    return outcomes
