@@ -24,8 +24,13 @@ class FailingFsyncFS(SimFileSystem):
 
     broken = False
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_on: list[str] = []  # the thread of each failed fsync
+
     def step(self, what: str) -> None:
         if self.broken and what.startswith("fsync"):
+            self.failed_on.append(threading.current_thread().name)
             raise OSError(5, "Input/output error")
         super().step(what)
 
@@ -295,6 +300,7 @@ def test_a_failed_fsync_on_the_loop_takes_the_log_offline() -> None:
         with pytest.raises(LogOffline):
             await asyncio.wait_for(flusher.durable(plog, append(plog), follower=True), 5)
         assert plog.offline is not None and flusher.fsync_failures == 1
+        assert fs.failed_on == [threading.current_thread().name]  # the loop's, not the flusher's
         await flusher.close()
 
     asyncio.run(main())
