@@ -98,6 +98,14 @@ def test_a_broker_is_registered_while_its_session_lives(zk: ZooKeeperEnsemble) -
 def test_one_controller_at_a_time_and_an_old_one_is_fenced(zk: ZooKeeperEnsemble) -> None:
     connect = chroot(zk)
     stores = [store(connect) for _ in range(3)]
+    try:
+        _one_controller_at_a_time(stores)
+    finally:
+        for s in stores:  # a live client would reconnect for ever once ZooKeeper stops
+            s.close()
+
+
+def _one_controller_at_a_time(stores: list[ZkMetadataStore]) -> None:
     wins: dict[int, object] = {}
     barrier = threading.Barrier(3)
 
@@ -135,8 +143,6 @@ def test_one_controller_at_a_time_and_an_old_one_is_fenced(zk: ZooKeeperEnsemble
     with pytest.raises(ControllerFenced):
         survivor.update_partition_state("orders", 0, state, version, old)  # type: ignore[arg-type]
     survivor.update_partition_state("orders", 0, state, version, new)
-    for s in stores[1:]:
-        s.close()
 
 
 def test_topics_and_partition_state_change_by_compare_and_set(zk: ZooKeeperEnsemble) -> None:
