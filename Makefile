@@ -129,7 +129,7 @@ lint: $(STAMP)
 
 # The suite mostly waits (timeouts, restarts, ZooKeeper sessions, Spark batches), so it runs
 # on TEST_WORKERS workers, each test file on one of them (its module fixtures shared). Three
-# on two cores: 25 min, against 31-33 min on two.
+# workers on two cores: 25-26 min; two workers took 31-33 min.
 TEST_WORKERS ?= 3
 test: lint compile check-java check-zookeeper check-chromium check-kcat check-postgresql kafkajs
 	@ONCEFLOW_CHROMIUM=$(CHROMIUM) ONCEFLOW_CHROMEDRIVER=$(CHROMEDRIVER) ONCEFLOW_KCAT=$(KCAT) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || { rc=$$?; \
