@@ -51,6 +51,7 @@ LEADER_MOVING = frozenset(
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.REPLICA_NOT_AVAILABLE,
         KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader's high watermark not yet caught up
         KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT,
     }
@@ -170,6 +171,14 @@ class KafkaMetadata:
             try:
                 for tp, fut in futures.items():
                     out[(tp.topic, tp.partition)] = int(fut.result(timeout=limit).offset)
+                # An answer without an offset (librdkafka's OFFSET_INVALID, -1001, with no
+                # error; seen once as a new leader took over): never a log start or an LSO,
+                # which are never negative. Asked again until the deadline.
+                if unknown := sorted(k for k, offset in out.items() if offset < 0):
+                    if time.monotonic() >= deadline:
+                        raise RuntimeError(f"ListOffsets of {_names(unknown)}: no offset")
+                    self.close()
+                    return None
                 return out
             except TimeoutError as exc:  # unanswered: a new client, until the deadline
                 if time.monotonic() >= deadline:
