@@ -51,13 +51,16 @@ class _LeaderlessAdmin:
         type(self).calls += 1
         answer: Future[Any] = Future()
         if type(self).calls <= self.failures:
-            no_leader = KafkaError(
-                KafkaError._NOENT, "Failed to query partition leaders: No leaders found"
-            )
-            answer.set_exception(KafkaException(no_leader))
+            self.fail(answer)
         else:
             answer.set_result(SimpleNamespace(offset=7))
         return dict.fromkeys(requests, answer)
+
+    def fail(self, answer: Future[Any]) -> None:
+        no_leader = KafkaError(
+            KafkaError._NOENT, "Failed to query partition leaders: No leaders found"
+        )
+        answer.set_exception(KafkaException(no_leader))
 
 
 def test_list_offsets_waits_out_a_partition_without_a_leader(
@@ -152,16 +155,12 @@ def test_list_offsets_unanswered_until_the_deadline_fails_the_task(
 
 
 class _OffsetlessAdmin(_LeaderlessAdmin):
-    """An AdminClient whose first `failures` ListOffsets answers carry no offset and no
-    error (librdkafka's OFFSET_INVALID), as one did in the Spark pipeline test on a cluster
-    while a new leader took over: the query took -1001 for an LSO that went back."""
+    """Its first `failures` ListOffsets answers carry no offset and no error (librdkafka's
+    OFFSET_INVALID), as one did in the Spark pipeline test on a cluster while a new leader
+    took over: the query took -1001 for an LSO that went back."""
 
-    def list_offsets(self, requests: dict[Any, Any], **_kwargs: Any) -> dict[Any, Future[Any]]:
-        type(self).calls += 1
-        answer: Future[Any] = Future()
-        offset = -1001 if type(self).calls <= self.failures else 7
-        answer.set_result(SimpleNamespace(offset=offset))
-        return dict.fromkeys(requests, answer)
+    def fail(self, answer: Future[Any]) -> None:
+        answer.set_result(SimpleNamespace(offset=-1001))
 
 
 def test_an_answer_without_an_offset_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,18 +185,14 @@ def test_answers_without_an_offset_until_the_deadline_fail(
 
 
 class _NewLeaderAdmin(_LeaderlessAdmin):
-    """An AdminClient whose first `failures` ListOffsets fail with OFFSET_NOT_AVAILABLE: a
-    leader just elected, its high watermark not yet past the start of its epoch."""
+    """Its ListOffsets fail with OFFSET_NOT_AVAILABLE more times than a retriable error is
+    tried: a leader just elected, its high watermark not yet past the start of its epoch."""
 
-    def list_offsets(self, requests: dict[Any, Any], **_kwargs: Any) -> dict[Any, Future[Any]]:
-        type(self).calls += 1
-        answer: Future[Any] = Future()
-        if type(self).calls <= self.failures + 3:  # more than the attempts of a retriable error
-            not_yet = KafkaError(KafkaError.OFFSET_NOT_AVAILABLE, "Broker: Offset not available")
-            answer.set_exception(KafkaException(not_yet))
-        else:
-            answer.set_result(SimpleNamespace(offset=7))
-        return dict.fromkeys(requests, answer)
+    failures: ClassVar[int] = source_metadata.LIST_OFFSETS_ATTEMPTS + 2
+
+    def fail(self, answer: Future[Any]) -> None:
+        not_yet = KafkaError(KafkaError.OFFSET_NOT_AVAILABLE, "Broker: Offset not available")
+        answer.set_exception(KafkaException(not_yet))
 
 
 def test_list_offsets_waits_out_a_new_leaders_high_watermark(
@@ -208,4 +203,4 @@ def test_list_offsets_waits_out_a_new_leaders_high_watermark(
     monkeypatch.setattr(source_metadata, "LIST_OFFSETS_BACKOFF_S", 0.01)
     meta = KafkaMetadata({"bootstrap.servers": "127.0.0.1:1"})
     assert meta.latest([("t", 0)]) == {("t", 0): 7}
-    assert _NewLeaderAdmin.calls == _NewLeaderAdmin.failures + 4
+    assert _NewLeaderAdmin.calls == _NewLeaderAdmin.failures + 1
