@@ -262,13 +262,19 @@ def _following(partition: int) -> Partition:
     return replica
 
 
-def _answer(request: Any, session_id: int, records: dict[int, bytes], hw: int) -> Any:
+def _answer(
+    request: Any,
+    session_id: int,
+    records: dict[int, bytes | None],
+    hw: int,
+    error: ErrorCode = ErrorCode.none,
+) -> Any:
     version = 17
     datas = tuple(
         build(
             nested(ApiKey.FETCH, version, "PartitionData"),
             partition_index=p,
-            error_code=ErrorCode.none,
+            error_code=error,
             high_watermark=hw,
             last_stable_offset=hw,
             log_start_offset=0,
@@ -401,3 +407,60 @@ def test_a_session_the_leader_lost_starts_over_in_full_at_once() -> None:
     assert not second.topics  # nothing changed: the session holds the partition
     assert (third.session_id, third.session_epoch) == (0, 0)
     assert [p.partition for t in third.topics for p in t.partitions] == [0]
+
+
+def test_a_partition_the_leader_could_not_resolve_is_named_again() -> None:
+    """The follower's first fetch of a new topic reached the leader before the leader knew
+    the topic's id: UNKNOWN_TOPIC_ID, and the leader's session keeps nothing of it. The
+    follower must name the partition again once its backoff is over; holding it as sent,
+    it sent empty incremental fetches for ever and dropped out of the ISR (seen on a
+    3-broker cluster: the ISR shrank to the leader alone 44 s after the topic was made)."""
+
+    async def main() -> tuple[list[Any], int]:
+        replica = _following(0)
+        sessions = FetchSessions()
+        requests: list[Any] = []
+        done = asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                header, request = decode_request(await reader.readexactly(size))
+                requests.append(request)
+                session, full = session_for(sessions, LOCAL, header.api_version, request)
+                assert session is not None
+                known = len(requests) > 1  # the topic's id reaches the leader after one fetch
+                names: list[str | None] = ["t" if known else None] * len(request.topics)
+                session.update(names, request, full=full)
+                held = session.partitions.get(("t", 0))
+                if not known:
+                    answer = _answer(request, session.id, {0: None}, 0, ErrorCode.unknown_topic_id)
+                elif held is not None and held.fetch.fetch_offset == 0:
+                    answer = _answer(request, session.id, {0: _batch(0)}, 0)
+                else:
+                    if held is not None or len(requests) > 50:
+                        done.set()
+                    answer = _answer(request, session.id, {}, 0)
+                body = encode_response(header, answer)
+                writer.write(struct.pack(">i", len(body)) + body)
+                await writer.drain()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        settings = FetcherSettings(backoff_ms=10, max_wait_ms=10)
+        disk = _HeldDisk()
+        disk.release.set()
+        fetcher = ReplicaFetcher(LOCAL, LEADER, ("127.0.0.1", port), settings, _Host(disk))
+        try:
+            fetcher.follow(replica)
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            await fetcher.stop()
+            server.close()
+        return requests, replica.log.log_end_offset
+
+    requests, log_end = asyncio.run(main())
+    named = [[p.partition for t in r.topics for p in t.partitions] for r in requests]
+    assert named[0] == [0]
+    assert named[1] == [0], f"the refused partition was not named again: {named[:5]}"
+    assert log_end == 1

@@ -330,6 +330,8 @@ class ReplicaFetcher:
                 if entry is None or not self._current(key, entry):
                     continue
                 answered.append((key, entry))
+                if data.error_code != ErrorCode.none:
+                    self._session.refused(key)
                 wait = self._apply(entry, data)
                 if wait is not None:
                     durable.append(wait)

@@ -7,7 +7,8 @@ id), and forgets those no longer fetched; the leader keeps the rest as they were
 fetch offset left out is the one sent last, which this replica held durably then (it
 fetches only after its fsync) and still does. Any doubt (an error answer, a request that
 failed or timed out, a switch between fetching by topic id and by name) starts over with a
-full fetch.
+full fetch; a partition answered with an error is named again in the next request that
+wants it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ class FollowerSession:
         for key, _ in forgotten:
             self._held.pop(key, None)
         self.epoch = 1 if self.epoch >= MAX_EPOCH else self.epoch + 1
+
+    def refused(self, key: Key) -> None:
+        """The leader answered this partition with an error: the next request that wants
+        it names it again. A leader that could not resolve its topic id keeps nothing of
+        it, and a partition delayed after the error may never be forgotten in between
+        (no request goes out while it is the only one), so held, it would be named by
+        neither side again."""
+        self._held.pop(key, None)
 
     def reset(self) -> None:
         """Start over: the next request is full."""
