@@ -25,7 +25,7 @@ import pytest
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from onceflow.broker.fetch_sessions import FetchSessions, session_for
+from onceflow.broker.fetch_sessions import FetchSession, FetchSessions, session_for
 from onceflow.broker.purgatory import EVERYTHING
 from onceflow.clock import ManualClock
 from onceflow.errors import ErrorCode, KafkaError
@@ -303,6 +303,29 @@ def _answer(
     )
 
 
+async def _next_request(reader: asyncio.StreamReader) -> tuple[Any, Any]:
+    """The leader's side: one framed request, decoded (header, body)."""
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return decode_request(await reader.readexactly(size))
+
+
+async def _in_session(
+    reader: asyncio.StreamReader, sessions: FetchSessions, requests: list[Any]
+) -> tuple[Any, Any, FetchSession, bool]:
+    """The next request (kept in `requests`) and the follower's session it opens or uses."""
+    header, request = await _next_request(reader)
+    requests.append(request)
+    session, full = session_for(sessions, LOCAL, header.api_version, request)
+    assert session is not None
+    return header, request, session, full
+
+
+async def _send(writer: asyncio.StreamWriter, header: Any, answer: Any) -> None:
+    body = encode_response(header, answer)
+    writer.write(struct.pack(">i", len(body)) + body)
+    await writer.drain()
+
+
 def test_the_leader_never_holds_an_offset_the_follower_has_not_made_durable() -> None:
     """Records go to one partition per answer; at every request, every fetch offset the
     leader's session holds (named in it or kept from before) is on the follower's disk."""
@@ -319,11 +342,7 @@ def test_the_leader_never_holds_an_offset_the_follower_has_not_made_durable() ->
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                header, request = decode_request(await reader.readexactly(size))
-                requests.append(request)
-                session, full = session_for(sessions, LOCAL, header.api_version, request)
-                assert session is not None
+                header, request, session, full = await _in_session(reader, sessions, requests)
                 session.update(["t"] * len(request.topics), request, full=full)
                 for (_, p), entry in session.partitions.items():
                     # What the high watermark would be computed from: all on disk.
@@ -340,9 +359,7 @@ def test_the_leader_never_holds_an_offset_the_follower_has_not_made_durable() ->
                     records = {target: _batch(offset)}
                     disk.release.clear()
                     asyncio.get_running_loop().call_later(0.005, disk.release.set)
-                body = encode_response(header, _answer(request, session.id, records, 0))
-                writer.write(struct.pack(">i", len(body)) + body)
-                await writer.drain()
+                await _send(writer, header, _answer(request, session.id, records, 0))
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -376,17 +393,14 @@ def test_a_session_the_leader_lost_starts_over_in_full_at_once() -> None:
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             while len(requests) < 3:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                header, request = decode_request(await reader.readexactly(size))
+                header, request = await _next_request(reader)
                 requests.append(request)
                 answer = _answer(request, 7, {}, 0)
                 if len(requests) == 2:
                     answer = dataclasses.replace(
                         answer, error_code=ErrorCode.fetch_session_id_not_found, session_id=0
                     )
-                body = encode_response(header, answer)
-                writer.write(struct.pack(">i", len(body)) + body)
-                await writer.drain()
+                await _send(writer, header, answer)
             done.set()
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -424,11 +438,7 @@ def test_a_partition_the_leader_could_not_resolve_is_named_again() -> None:
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                header, request = decode_request(await reader.readexactly(size))
-                requests.append(request)
-                session, full = session_for(sessions, LOCAL, header.api_version, request)
-                assert session is not None
+                header, request, session, full = await _in_session(reader, sessions, requests)
                 known = len(requests) > 1  # the topic's id reaches the leader after one fetch
                 names: list[str | None] = ["t" if known else None] * len(request.topics)
                 session.update(names, request, full=full)
@@ -441,9 +451,7 @@ def test_a_partition_the_leader_could_not_resolve_is_named_again() -> None:
                     if held is not None or len(requests) > 50:
                         done.set()
                     answer = _answer(request, session.id, {}, 0)
-                body = encode_response(header, answer)
-                writer.write(struct.pack(">i", len(body)) + body)
-                await writer.drain()
+                await _send(writer, header, answer)
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
