@@ -7,10 +7,15 @@ and coordinates from then on: a consumer of the group resumes exactly at the com
 offsets (nothing before them read again, nothing after them skipped), and commits work
 against the new coordinator. Checked with confluent-kafka and with kafka-python, whose
 consumer stays in the group through the move.
+
+Also: a group's first coordinator lookup, while its `__consumer_offsets` partition is being
+created and elected slowly, gets its answer in one FindCoordinator (librdkafka's admin
+client asks only three times).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from confluent_kafka import Message, TopicPartition
@@ -42,29 +47,32 @@ PER_PARTITION = 300
 GROUP_OVERRIDES = {"min.insync.replicas": "2", "offsets.topic.num.partitions": "3"}
 
 
+def ask_coordinator(broker: ClusterBroker, group: str, timeout_s: float = 10.0) -> int | str:
+    """One FindCoordinator for `group` to `broker`: the node named, or the error's name."""
+    try:
+        with WireCluster(broker.bootstrap, timeout_s=timeout_s) as wire:
+            conn = wire.bootstrap
+            version = conn.version_for(ApiKey.FIND_COORDINATOR)
+            response = conn.call(
+                ApiKey.FIND_COORDINATOR,
+                key=group,
+                key_type=KEY_TYPE_GROUP,
+                coordinator_keys=(group,),
+            )
+    except ClientError as exc:
+        return str(exc)
+    answer = response.coordinators[0] if version >= 4 else response
+    error = int(answer.error_code)
+    return int(answer.node_id) if error == 0 else ErrorCode(error).name
+
+
 def group_coordinator(cluster: Cluster, group: str, timeout: float = T) -> ClusterBroker:
     """The broker FindCoordinator names for `group`, asked of every running broker until
     they agree on one that runs (retrying while the coordinator is being elected)."""
     deadline = time.monotonic() + timeout
     last: object = "no answer"
     while True:
-        answers: dict[int, object] = {}
-        for b in cluster.running():
-            try:
-                with WireCluster(b.bootstrap, timeout_s=5.0) as wire:
-                    conn = wire.bootstrap
-                    version = conn.version_for(ApiKey.FIND_COORDINATOR)
-                    response = conn.call(
-                        ApiKey.FIND_COORDINATOR,
-                        key=group,
-                        key_type=KEY_TYPE_GROUP,
-                        coordinator_keys=(group,),
-                    )
-                answer = response.coordinators[0] if version >= 4 else response
-                error = int(answer.error_code)
-                answers[b.broker_id] = int(answer.node_id) if error == 0 else ErrorCode(error).name
-            except ClientError as exc:
-                answers[b.broker_id] = str(exc)
+        answers = {b.broker_id: ask_coordinator(b, group) for b in cluster.running()}
         nodes = set(answers.values())
         if len(nodes) == 1:
             (node,) = nodes
@@ -227,3 +235,27 @@ def test_kafka_python_member_commits_through_a_coordinator_move(cluster_factory)
     got += drain(c, 1.0)
     c.close()
     check_resumed_at(got, {0: after})
+
+
+def test_a_first_lookup_waits_out_a_slow_election(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """While the controller is paused, the asked broker creates __consumer_offsets but
+    nothing elects its leaders. One FindCoordinator must wait for them rather than answer
+    COORDINATOR_NOT_AVAILABLE: librdkafka's admin client asks three times in about 300 ms,
+    then waits out its whole request timeout (unless a connection happens to change state)."""
+    cluster: Cluster = cluster_factory(3, overrides=GROUP_OVERRIDES)
+    controller_id = admin_client(cluster.bootstrap).list_topics(timeout=T).controller_id
+    controller = cluster.broker(controller_id)
+    asked = next(b for b in cluster.brokers if b is not controller)
+    admin = admin_client(asked.bootstrap)
+    controller.pause()  # well inside its ZooKeeper session: it stays the controller
+    wake = threading.Timer(1.5, controller.resume)
+    wake.start()
+    try:
+        described = admin.describe_consumer_groups(["first-lookup-b"], request_timeout=12)
+        node = ask_coordinator(asked, "first-lookup-a")
+        coordinator = described["first-lookup-b"].result(15).coordinator.id
+    finally:
+        wake.cancel()
+        controller.resume()
+    assert node in cluster.ids, node  # one request, answered once there was a leader
+    assert coordinator in cluster.ids

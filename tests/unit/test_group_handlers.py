@@ -80,6 +80,11 @@ class StubBroker:
     ) -> tuple[int, str, int] | None:
         return self.node_id, self.advertised_host, self.advertised_port
 
+    async def find_coordinator(
+        self, key_type: int, key: str, listener: str | None = None
+    ) -> tuple[int, str, int] | None:
+        return self.coordinator_node(key_type, key, listener)
+
     async def call(self, api: ApiKey, version: int, /, **fields: Any) -> Any:
         """Build the request of this exact version, run the handler, round-trip the reply."""
         request = build(request_type(api, version), **fields)

@@ -69,6 +69,10 @@ if TYPE_CHECKING:
     from onceflow.security.authorizer import Authorizer
 
 log = logging.getLogger(__name__)
+# How long FindCoordinator waits for a leader of a key's new internal partition: above
+# the seconds a busy cluster takes to create and elect one, well below any client's request
+# timeout (30 s and more).
+COORDINATOR_WAIT_S = 5.0
 
 
 class Broker:
@@ -353,14 +357,12 @@ class Broker:
             replicas = config.transaction_state_log_replication_factor
             min_isr = config.transaction_state_log_min_isr
             segment_bytes = config.transaction_state_log_segment_bytes
-            partition = self.txn_coordinator.partition_for(key)
         else:
             topic, partitions = OFFSETS_TOPIC, config.offsets_topic_num_partitions
             factor_key = "offsets.topic.replication.factor"
             replicas = config.offsets_topic_replication_factor
             min_isr = config.min_insync_replicas
             segment_bytes = config.offsets_topic_segment_bytes
-            partition = self.group_coordinator.partition_for(key)
         configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
         # The default factor (3) is capped at the brokers there are; one the operator set
         # is waited for, as Kafka does.
@@ -369,11 +371,33 @@ class Broker:
             topic, partitions, replicas, configs, cap_at_brokers=capped, min_isr=min_isr
         ):
             return None
-        leader = self.topology.partition_view(topic, partition).leader
+        leader = self.topology.partition_view(*self._coordinator_partition(key_type, key)).leader
         if leader == NO_LEADER:
             return None
         address = self.topology.endpoint(leader, listener or config.inter_broker_listener().name)
         return None if address is None else (leader, *address)
+
+    async def find_coordinator(
+        self, key_type: int, key: str, listener: str | None = None
+    ) -> tuple[int, str, int] | None:
+        """FindCoordinator's answer: as coordinator_node, but while the key's internal
+        partition is being created or elected, wait (bounded) for its leader instead of
+        answering COORDINATOR_NOT_AVAILABLE at once. Kafka answers at once; librdkafka's
+        admin client asks three times in about 300 ms and then waits out its whole request
+        timeout, which a first lookup on a busy cluster outlasts."""
+        node = self.coordinator_node(key_type, key, listener)
+        if node is not None:
+            return node
+        topic, partition = self._coordinator_partition(key_type, key)
+        if await self.topology.wait_for_leader(topic, partition, COORDINATOR_WAIT_S):
+            return self.coordinator_node(key_type, key, listener)
+        return None
+
+    def _coordinator_partition(self, key_type: int, key: str) -> tuple[str, int]:
+        """The internal partition behind a group (0) or transactional id (1)."""
+        if key_type == 1:
+            return TXN_TOPIC, self.txn_coordinator.partition_for(key)
+        return OFFSETS_TOPIC, self.group_coordinator.partition_for(key)
 
     def ensure_share_state_topic(self) -> bool:
         """Whether __share_group_state exists, creating it on first use as the other

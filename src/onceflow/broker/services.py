@@ -100,6 +100,10 @@ class BrokerServices(Protocol):
         self, key_type: int, key: str, listener: str | None = None
     ) -> tuple[int, str, int] | None: ...
 
+    async def find_coordinator(
+        self, key_type: int, key: str, listener: str | None = None
+    ) -> tuple[int, str, int] | None: ...
+
     def coordinator_available(self, key_type: int, key: str) -> bool: ...
 
     async def create_partitions(

@@ -17,6 +17,7 @@ ListGroups shows every group to DESCRIBE on the cluster, else only the groups it
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections import defaultdict
 from collections.abc import Mapping
@@ -95,7 +96,9 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             keys
         )
     else:
-        answers = [_find_coordinator_key(ctx, key_type, key) for key in keys]
+        answers = list(
+            await asyncio.gather(*(_find_coordinator_key(ctx, key_type, key) for key in keys))
+        )
     if version < _BATCHED:
         error, message, node = answers[0]
         # Kafka's single-key error answer carries the error's message.
@@ -127,7 +130,7 @@ def _find_coordinator_failure(
     return None
 
 
-def _find_coordinator_key(ctx: RequestContext, key_type: int, key: str) -> _CoordinatorAnswer:
+async def _find_coordinator_key(ctx: RequestContext, key_type: int, key: str) -> _CoordinatorAnswer:
     """One key's error, message (None where Kafka's batched answer has none) and node."""
     if key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, AclOperation.DESCRIBE, key):
         return GROUP_DENIED, None, None
@@ -137,7 +140,7 @@ def _find_coordinator_key(ctx: RequestContext, key_type: int, key: str) -> _Coor
         return ErrorCode.transactional_id_authorization_failed, None, None
     if key_type == KEY_TYPE_SHARE:
         return ErrorCode.invalid_request, "share groups are not supported", None
-    node = ctx.broker.coordinator_node(key_type, key, ctx.session.listener)
+    node = await ctx.broker.find_coordinator(key_type, key, ctx.session.listener)
     if node is None:
         message = (
             "no coordinator right now: its log partition has no leader (or is offline after a "

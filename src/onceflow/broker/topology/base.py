@@ -246,6 +246,11 @@ class Topology(Protocol):
         brokers are alive (COORDINATOR_NOT_AVAILABLE meanwhile)."""
         ...
 
+    async def wait_for_leader(self, topic: str, partition: int, timeout_s: float) -> bool:
+        """Whether a partition of an internal topic has a leader, waiting up to `timeout_s`
+        for one while the topic exists or is being created here."""
+        ...
+
     def refresh_configs(self) -> None:
         """The broker's config changed (dynamic configs): re-derive what depends on it."""
         ...

@@ -338,6 +338,9 @@ class StandaloneTopology:
     ) -> bool:
         return name in self._logs.topics  # made at start
 
+    async def wait_for_leader(self, topic: str, partition: int, timeout_s: float) -> bool:
+        return self.partition_view(topic, partition).leader != NO_LEADER  # nothing to elect
+
     def refresh_configs(self) -> None:
         pass  # the logs re-derive theirs; there are no replicas
 

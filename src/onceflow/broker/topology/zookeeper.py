@@ -662,6 +662,13 @@ class ZkTopology:
         task.add_done_callback(lambda _: self._creating.discard(name))
         return False
 
+    async def wait_for_leader(self, topic: str, partition: int, timeout_s: float) -> bool:
+        if topic not in self.cache.topics and topic not in self._creating:
+            return False  # nothing under way to wait for (too few brokers yet)
+        return await self.link.wait_for(
+            lambda: self.cache.leader_of(topic, partition) != NO_LEADER, timeout_s
+        )
+
     # ---- appends
 
     def appended(self, plog: PartitionLog) -> bool:
