@@ -34,6 +34,7 @@ from tests.helpers.clients import (
     consumer,
     create_topic,
     drain,
+    kafka_python_subscribe,
     producer,
     topic_name,
 )
@@ -197,7 +198,7 @@ def test_kafka_python_member_commits_through_a_coordinator_move(cluster_factory)
         retry_backoff_ms=100,
     )
     try:
-        kc.subscribe([topic])
+        kafka_python_subscribe(kc, [topic])
         values: list[bytes] = []
 
         def read(n: int) -> None:

@@ -15,7 +15,7 @@ from kafka.admin import NewTopic
 from kafka.errors import UnknownTopicOrPartitionError
 
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.clients import topic_name
+from tests.helpers.clients import kafka_python_subscribe, topic_name
 
 TIMEOUT_MS = 20_000
 TIMEOUT_S = TIMEOUT_MS / 1000
@@ -159,7 +159,7 @@ def test_group_consume_commit_and_resume(
 
     c = _consumer(bs, group_id=group)
     try:
-        c.subscribe([topic])
+        kafka_python_subscribe(c, [topic])
         got = _poll_until(c, 30, timeout=40)
         assert sorted((r.partition, r.offset) for r in got) == [
             (q, o) for q in range(3) for o in range(10)
@@ -176,7 +176,7 @@ def test_group_consume_commit_and_resume(
 
     c = _consumer(bs, group_id=group)
     try:
-        c.subscribe([topic])
+        kafka_python_subscribe(c, [topic])
         got = _poll_until(c, 3, timeout=40)
         time.sleep(0.5)
         got += [r for rs in c.poll(timeout_ms=500).values() for r in rs]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from tests.helpers.clients import QUIET_LOGGER
+from tests.helpers.clients import QUIET_LOGGER, kafka_python_subscribe
 from tests.helpers.secure import (
     SecureBroker,
     add_scram_user,
@@ -114,7 +114,6 @@ def test_kafka_python_produces_and_consumes(
     finally:
         producer.close()
     consumer = KafkaConsumer(
-        topic,
         **conf,
         group_id=_unique("alice-kp-group-"),
         auto_offset_reset="earliest",
@@ -122,6 +121,7 @@ def test_kafka_python_produces_and_consumes(
         consumer_timeout_ms=10_000,
     )
     try:
+        kafka_python_subscribe(consumer, [topic])
         values = [m.value for m in consumer][:3]
         consumer.commit()
     finally:
