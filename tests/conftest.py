@@ -20,7 +20,14 @@ for _name in ("kafka", "aiokafka"):
     logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 
+# The config of the process that prints the run (None in an xdist worker).
+_run_config: pytest.Config | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _run_config
+    if not hasattr(config, "workerinput"):
+        _run_config = config
     config.addinivalue_line(
         "markers", "broker_overrides(dict): Kafka config keys for the `broker` fixture"
     )
@@ -28,6 +35,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", "ignore:(open_text|read_text) is deprecated:DeprecationWarning"
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name each failure as it happens, not only in the summary: a run cut short (a CI time
+    limit, a hung worker) still says which tests failed before it stopped."""
+    reporter = _run_config and _run_config.pluginmanager.get_plugin("terminalreporter")
+    if report.failed and reporter is not None:
+        when = report.when if report.when in ("setup", "call", "teardown") else "crashed"
+        reporter.write_line(f"\nFAILED {report.nodeid} ({when})")
 
 
 def _finish(b: BrokerProcess, since: int = 0) -> None:
